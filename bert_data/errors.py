@@ -1,0 +1,38 @@
+"""Typed errors. Every data or usage problem a user can cause raises a subclass of
+:class:`BertDataError`; the command-line tools print its message on one line and exit 2."""
+
+from __future__ import annotations
+
+
+class BertDataError(Exception):
+    """A problem with the user's input, flags or environment (not a bug)."""
+
+    exit_code = 2
+
+
+class ConfigError(BertDataError):
+    """Invalid or contradictory flags / config values. The message names the flag."""
+
+
+class MetadataError(BertDataError):
+    """A metadata file, or a document it names, cannot be used."""
+
+
+class VocabError(BertDataError):
+    """The vocabulary file is unusable (missing specials, blank or duplicate lines)."""
+
+
+class SpacyModelError(BertDataError):
+    """The requested spaCy pipeline is not installed or cannot segment sentences."""
+
+
+class OutputError(BertDataError):
+    """The output directory cannot be written as asked (exists, not writable, disk full)."""
+
+
+class ResumeError(BertDataError):
+    """``--resume`` was asked for but the previous run cannot be continued."""
+
+
+class RecordFormatError(BertDataError):
+    """A TFRecord file is corrupt or does not match the expected schema."""

@@ -1,0 +1,81 @@
+"""The one record schema, shared by the writer, the reader, the inspector and the manifest.
+
+Feature names, dtypes and lengths are exactly those that google-research/bert
+``run_pretraining.py`` parses. On disk:
+
+* ``input_mask`` is 1 on real tokens and 0 on padding;
+* ``segment_ids`` is 0 for ``[CLS]``, segment A and the first ``[SEP]``, 1 for B and the last ``[SEP]``;
+* ``masked_lm_weights`` is 1.0 on real predictions and 0.0 on padding slots;
+* ``next_sentence_labels`` is 1 when segment B is a *random* segment (not the true next), 0 otherwise.
+
+Features are serialized in sorted key order, the order protobuf's deterministic
+serialization uses, so our hand-encoded bytes equal TensorFlow's deterministic bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
+
+SEQ = "max_seq_length"
+PRED = "max_predictions_per_seq"
+ONE = "one"
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    name: str
+    dtype: str  # "int64" or "float32"
+    length: str  # SEQ, PRED or ONE
+    description: str
+
+
+NSP_FEATURES: Tuple[FeatureSpec, ...] = (
+    FeatureSpec("input_ids", "int64", SEQ, "WordPiece ids, [CLS] A [SEP] B [SEP], 0-padded"),
+    FeatureSpec("input_mask", "int64", SEQ, "1 on real tokens, 0 on padding"),
+    FeatureSpec("masked_lm_ids", "int64", PRED, "original ids of the masked positions, 0-padded"),
+    FeatureSpec("masked_lm_positions", "int64", PRED, "masked positions in ascending order, 0-padded"),
+    FeatureSpec("masked_lm_weights", "float32", PRED, "1.0 for real predictions, 0.0 for padding"),
+    FeatureSpec("next_sentence_labels", "int64", ONE, "1 = B is a random segment, 0 = B is the true next"),
+    FeatureSpec("segment_ids", "int64", SEQ, "0 for [CLS] A [SEP], 1 for B [SEP], 0 on padding"),
+)
+
+FEATURE_NAMES: Tuple[str, ...] = tuple(f.name for f in NSP_FEATURES)
+
+
+def feature_length(spec: FeatureSpec, max_seq_length: int, max_predictions_per_seq: int) -> int:
+    return {SEQ: max_seq_length, PRED: max_predictions_per_seq, ONE: 1}[spec.length]
+
+
+def feature_lengths(
+    max_seq_length: int, max_predictions_per_seq: int, features: Tuple[FeatureSpec, ...] = NSP_FEATURES
+) -> Dict[str, int]:
+    """Name -> fixed length of every feature, for the given sequence/prediction sizes."""
+    return {f.name: feature_length(f, max_seq_length, max_predictions_per_seq) for f in features}
+
+
+def schema_description(
+    max_seq_length: int, max_predictions_per_seq: int, features: Tuple[FeatureSpec, ...] = NSP_FEATURES
+) -> Dict[str, Any]:
+    """JSON-able description written into the manifest (``data_params.json``)."""
+    return {
+        f.name: {
+            "dtype": f.dtype,
+            "length": feature_length(f, max_seq_length, max_predictions_per_seq),
+            "description": f.description,
+        }
+        for f in features
+    }
+
+
+def tf_feature_spec(
+    max_seq_length: int, max_predictions_per_seq: int, features: Tuple[FeatureSpec, ...] = NSP_FEATURES
+) -> Dict[str, Any]:
+    """``tf.io.FixedLenFeature`` dict identical to run_pretraining.py's ``name_to_features``."""
+    import tensorflow as tf  # imported lazily: the writer never needs TensorFlow
+
+    dtypes = {"int64": tf.int64, "float32": tf.float32}
+    return {
+        f.name: tf.io.FixedLenFeature([feature_length(f, max_seq_length, max_predictions_per_seq)], dtypes[f.dtype])
+        for f in features
+    }

@@ -1,0 +1,193 @@
+"""Serialize and write stage: instances -> TFRecord fragments -> published shards + manifest.
+
+Layout of a run in ``output_dir``::
+
+    {name}-1.tfrecords ... {name}-{num_output_files}.tfrecords   published shards
+    data_params.json                                             manifest, written LAST
+    .bert_data_work/                                             only while running
+        fragments/g000000042.frag                                one per finished group
+        {name}-{i}.tfrecords.partial                             shards being assembled
+
+Workers never share a file: each finished group is one fragment file holding, for every
+(dupe pass, shard), a run of framed (and optionally gzipped) records. The coordinating
+process appends fragments to the partial shards strictly in group order, with kernel-side
+copies (``os.copy_file_range``), so no record passes through Python twice and the bytes of
+every shard depend only on the input, flags and seed, never on the number of workers or on
+which group finished first. Shards get their final names only when every group is in, and
+the manifest is written after them: a killed run never leaves files that look complete.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+from .errors import OutputError
+from .records import frame_records, serialize_examples
+
+WORK_DIR_NAME = ".bert_data_work"
+MANIFEST_NAME = "data_params.json"
+
+
+def shard_file_names(name: str, num_output_files: int) -> List[str]:
+    return [f"{name}-{i}.tfrecords" for i in range(1, num_output_files + 1)]
+
+
+@dataclass
+class Segment:
+    """A run of records of one (dupe pass, shard) inside a fragment file."""
+
+    shard: int
+    offset: int
+    length: int
+    records: int
+
+
+@dataclass
+class FragmentWriter:
+    """Writes one group's fragment file (temp name, renamed when complete)."""
+
+    path: str
+    compression: str
+    segments: List[Segment] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._tmp_path = self.path + ".tmp"
+        self._handle = open(self._tmp_path, "wb")
+        self._offset = 0
+
+    def write_batch(
+        self, features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]], shard_of_row: np.ndarray,
+        num_shards: int,
+    ) -> None:
+        """Serialize one batch (rows already in output order) into per-shard segments."""
+        for shard in range(num_shards):
+            rows = np.flatnonzero(shard_of_row == shard)
+            if len(rows) == 0:
+                continue
+            subset = {name: features[name][rows] for name, _ in order}
+            data = frame_records(serialize_examples(subset, order))
+            if self.compression == "gzip":
+                data = gzip.compress(data, compresslevel=6, mtime=0)
+            self._handle.write(data)
+            self.segments.append(Segment(shard, self._offset, len(data), len(rows)))
+            self._offset += len(data)
+
+    def close(self) -> None:
+        self._handle.close()
+        os.replace(self._tmp_path, self.path)
+
+    def abort(self) -> None:
+        self._handle.close()
+        if os.path.exists(self._tmp_path):
+            os.unlink(self._tmp_path)
+
+
+def _copy_range(src_fd: int, dst_fd: int, offset: int, length: int) -> None:
+    """Append ``length`` bytes of src at ``offset`` to dst, in the kernel when possible."""
+    copy_file_range = getattr(os, "copy_file_range", None)
+    while length > 0:
+        copied = 0
+        if copy_file_range is not None:
+            try:
+                copied = copy_file_range(src_fd, dst_fd, length, offset)
+            except OSError:
+                copy_file_range = None
+        if not copied:
+            chunk = os.pread(src_fd, min(length, 1 << 24), offset)
+            if not chunk:
+                raise OutputError(f"fragment file ended {length} bytes early")
+            os.write(dst_fd, chunk)
+            copied = len(chunk)
+        offset += copied
+        length -= copied
+
+
+class ShardAssembler:
+    """Appends finished groups' fragments to the partial shards, in group order."""
+
+    def __init__(self, output_dir: str, work_dir: str, name: str, num_shards: int) -> None:
+        self.output_dir = output_dir
+        self.work_dir = work_dir
+        self.final_names = shard_file_names(name, num_shards)
+        self.partial_paths = [os.path.join(work_dir, n + ".partial") for n in self.final_names]
+        self.records_per_shard = [0] * num_shards
+        self.bytes_per_shard = [0] * num_shards
+        self._fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for p in self.partial_paths]
+
+    def append(self, fragment_path: str, segments: Sequence[Segment]) -> None:
+        src = os.open(fragment_path, os.O_RDONLY)
+        try:
+            for segment in segments:
+                _copy_range(src, self._fds[segment.shard], segment.offset, segment.length)
+                self.records_per_shard[segment.shard] += segment.records
+                self.bytes_per_shard[segment.shard] += segment.length
+        finally:
+            os.close(src)
+        os.unlink(fragment_path)
+
+    def publish(self) -> Dict[str, int]:
+        """fsync, close and rename every partial shard to its final name."""
+        for fd in self._fds:
+            os.fsync(fd)
+            os.close(fd)
+        self._fds = []
+        for partial, final in zip(self.partial_paths, self.final_names):
+            os.replace(partial, os.path.join(self.output_dir, final))
+        return dict(zip(self.final_names, self.records_per_shard))
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+def write_json_atomically(path: str, payload: Mapping) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=1, sort_keys=False)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def prepare_output_dir(output_dir: str, name: str, num_shards: int, overwrite: bool) -> str:
+    """Check/clear the output directory and return a fresh work directory inside it.
+
+    A non-empty directory is an error unless ``overwrite``; then only what a run of ours
+    owns is removed (the manifest first, so nothing half-deleted looks complete), never
+    unrelated files.
+    """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise OutputError(f"--output_dir {output_dir} exists and is not a directory")
+    if os.path.isdir(output_dir) and os.listdir(output_dir):
+        if not overwrite:
+            raise OutputError(
+                f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
+            )
+        manifest = os.path.join(output_dir, MANIFEST_NAME)
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+        for entry in os.listdir(output_dir):
+            if entry.startswith(f"{name}-") and entry.endswith(".tfrecords"):
+                os.unlink(os.path.join(output_dir, entry))
+    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        if os.path.exists(work_dir):
+            shutil.rmtree(work_dir)
+        os.makedirs(os.path.join(work_dir, "fragments"))
+    except OSError as exc:
+        raise OutputError(f"--output_dir {output_dir} cannot be written ({exc.strerror})") from None
+    return work_dir
+
+
+def fragment_path(work_dir: str, group_index: int) -> str:
+    return os.path.join(work_dir, "fragments", f"g{group_index:09d}.frag")

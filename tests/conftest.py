@@ -1,0 +1,105 @@
+"""Shared fixtures: tiny hermetic corpora and vocabularies written by the tests themselves,
+and access to ``../shared`` (skipped when absent, but a failure when ``CI`` is set)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("BERT_DATA_SHARED", REPO.parent / "shared"))
+
+
+def shared_file(*parts: str) -> Path:
+    """Path of a file under ../shared; skip the test if missing, fail instead when CI is set."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        message = f"shared material missing: {path}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI is set: shared/ must be present)")
+        pytest.skip(message)
+    return path
+
+
+TINY_WORDS = (
+    "the a of and to in is was it that he she they we you this on for with as at by from his her "
+    "cat dog sat mat ran fast slow big small red blue green house tree river lamp light sea ship "
+    "day night sun moon star rain snow wind cold warm old new good bad one two three four five "
+    "bread bake oven salt water fish bird song keep open close door book page word line read "
+    "write paper pen ink map road town city hill field farm horse cow bee hive honey"
+).split()
+
+
+def write_vocab(path: Path, extra: Optional[List[str]] = None) -> Path:
+    """A small uncased WordPiece vocab: specials, punctuation, letters, ## letters, words."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += list(".,;:!?'\"()-[]/")
+    tokens += [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens += [str(d) for d in range(10)]
+    tokens += ["##" + chr(c) for c in range(ord("a"), ord("z") + 1)]
+    for word in TINY_WORDS + (extra or []):
+        if word not in tokens:
+            tokens.append(word)
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return path
+
+
+def sentence(i: int, n_words: int = 12) -> str:
+    words = [TINY_WORDS[(i * 7 + j * 3) % len(TINY_WORDS)] for j in range(n_words)]
+    return " ".join(words).capitalize() + "."
+
+
+def write_corpus(root: Path, n_docs: int = 12, paragraphs: int = 3, sentences_per_paragraph: int = 4) -> Path:
+    """``n_docs`` documents of blank-line separated paragraphs + ``metadata.txt`` listing them."""
+    docs = root / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for d in range(n_docs):
+        paras = []
+        for p in range(paragraphs):
+            paras.append(" ".join(sentence(d * 31 + p * 5 + s, 8 + (d + s) % 9) for s in range(sentences_per_paragraph)))
+        (docs / f"doc{d:03d}.txt").write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+        lines.append(f"docs/doc{d:03d}.txt")
+    metadata = root / "metadata.txt"
+    metadata.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return metadata
+
+
+@pytest.fixture
+def tiny_vocab(tmp_path: Path) -> Path:
+    return write_vocab(tmp_path / "vocab.txt")
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path: Path) -> Path:
+    """Returns the metadata file; documents live beside it (use its parent as the prefix)."""
+    return write_corpus(tmp_path / "corpus")
+
+
+def base_args(metadata: Path, vocab: Path, out: Path, **extra: object) -> List[str]:
+    """create_tfrecords arguments for a small fast run; ``extra`` flags override."""
+    flags: Dict[str, object] = {
+        "metadata_files": str(metadata),
+        "input_files_prefix": str(metadata.parent),
+        "vocab_file": str(vocab),
+        "output_dir": str(out),
+        "max_seq_length": 32,
+        "max_predictions_per_seq": 5,
+        "dupe_factor": 2,
+        "num_output_files": 3,
+        "num_workers": 1,
+        "split_num": 5,
+    }
+    flags.update(extra)
+    args: List[str] = ["--do_lower_case"]
+    for key, value in flags.items():
+        if value is True:
+            args.append(f"--{key}")
+        elif value is False or value is None:
+            continue
+        else:
+            args += [f"--{key}", str(value)]
+    return args
