@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import shutil
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -94,20 +95,43 @@ class GroupResult:
     fragment_path: str
     segments: List[Segment]
     stats: Counter = field(default_factory=Counter)
+    seconds: Counter = field(default_factory=Counter)  # wall time per stage (benchmarks only)
+
+
+class _StageClock:
+    """Accumulates wall time per stage: ``with clock("tokenize"): ...``."""
+
+    def __init__(self, seconds: Counter) -> None:
+        self.seconds = seconds
+        self._stage = ""
+        self._start = 0.0
+
+    def __call__(self, stage: str) -> "_StageClock":
+        self._stage = stage
+        return self
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds[self._stage] += time.perf_counter() - self._start
 
 
 def tokenize_documents(
-    documents: Sequence[str], resources: Resources, stats: Counter
+    documents: Sequence[str], resources: Resources, stats: Counter, clock: Optional[_StageClock] = None
 ) -> TokenizedGroup:
     """Segment and tokenize a group's documents at once; empty ones are counted, not kept."""
-    per_doc_sentences, chunked = resources.segmenter.segment(documents)
+    clock = clock or _StageClock(Counter())
+    with clock("segment"):
+        per_doc_sentences, chunked = resources.segmenter.segment(documents)
     stats["paragraph_chunks"] += chunked
     texts: List[str] = []
     owner: List[int] = []
     for index, sentences in enumerate(per_doc_sentences):
         texts.extend(sentences)
         owner.extend([index] * len(sentences))
-    ids, offsets = resources.tokenizer.encode_ids(texts)
+    with clock("tokenize"):
+        ids, offsets = resources.tokenizer.encode_ids(texts)
     lengths = np.diff(offsets)
     keep = lengths > 0
     owner_arr = np.asarray(owner, dtype=np.int64)
@@ -154,30 +178,37 @@ def process_group(
     """Read, segment, tokenize, then for each dupe pass: pair, mask, shuffle, write a fragment."""
     config = resources.config
     stats: Counter = Counter()
-    documents = read_group(sources, config, stats)
-    group = tokenize_documents(documents, resources, stats)
-    writer = FragmentWriter(fragment_path(work_dir, group_index), config.compression)
+    seconds: Counter = Counter()
+    clock = _StageClock(seconds)
+    with clock("read"):
+        documents = read_group(sources, config, stats)
+    group = tokenize_documents(documents, resources, stats, clock)
+    writer = FragmentWriter(fragment_path(work_dir, group_index), config.compression, seconds=seconds)
     try:
         if group.n_docs:
             for dupe_pass in range(config.dupe_factor):
-                pair_rng = random.Random(derive_seed(config.seed, "pairs", group_index, dupe_pass))
-                mask_rng = np.random.Generator(np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass)))
-                features = create_instances(group, resources.params, pair_rng, mask_rng, resources.is_continuation)
-                if not features:
-                    continue
-                stats["nsp_negatives_unavailable"] += int(features.pop("_negatives_unavailable")[0])
-                n = len(features["input_ids"])
-                order = mask_rng.permutation(n)
-                features = {name: features[name][order] for name, _ in FEATURE_ORDER}
-                shard_offset = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
-                shard_of_row = (np.arange(n) + shard_offset) % config.num_output_files
+                with clock("instances"):
+                    pair_rng = random.Random(derive_seed(config.seed, "pairs", group_index, dupe_pass))
+                    mask_rng = np.random.Generator(
+                        np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass))
+                    )
+                    features = create_instances(group, resources.params, pair_rng, mask_rng, resources.is_continuation)
+                    if not features:
+                        continue
+                    stats["nsp_negatives_unavailable"] += int(features.pop("_negatives_unavailable")[0])
+                    n = len(features["input_ids"])
+                    order = mask_rng.permutation(n)
+                    features = {name: features[name][order] for name, _ in FEATURE_ORDER}
+                    shard_offset = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
+                    shard_of_row = (np.arange(n) + shard_offset) % config.num_output_files
                 writer.write_batch(features, FEATURE_ORDER, shard_of_row, config.num_output_files)
                 stats["instances"] += n
-        writer.close()
+        with clock("write"):
+            writer.close()
     except BaseException:
         writer.abort()
         raise
-    return GroupResult(group_index, writer.path, writer.segments, stats)
+    return GroupResult(group_index, writer.path, writer.segments, stats, seconds)
 
 
 # --- local runner ---------------------------------------------------------------------------

@@ -107,6 +107,107 @@ def load_spacy_pipeline(spacy_model: Optional[str]):
     return nlp
 
 
+class FastRuleSentencizer:
+    """spaCy's rule-based ``sentencizer`` on a blank pipeline, replayed without building Docs.
+
+    spaCy's tokenizer handles every whitespace-delimited span on its own, and the sentencizer
+    only changes state at tokens that are in ``punct_chars`` or are punctuation (``is_punct``):
+    a sentence starts at the first token after a ``punct_chars`` token that is neither. So only
+    a few spans can matter: those containing a ``punct_chars`` character, those starting with a
+    punctuation character, and whitespace runs other than one space (spaCy makes those tokens).
+    This class asks spaCy's own tokenizer about those spans only (cached per distinct span) and
+    skips every plain word. The sentences are identical to ``nlp.pipe`` with the sentencizer
+    (tests compare them on the whole shared corpus and on fuzzed text); it is several times faster.
+    """
+
+    _CACHE_LIMIT = 200_000
+
+    def __init__(self, nlp) -> None:
+        import unicodedata
+
+        self._tokenizer = nlp.tokenizer
+        self._punct_chars = frozenset(nlp.get_pipe("sentencizer").punct_chars)
+        self._category = unicodedata.category
+        punct_class = "".join(re.escape(c) for c in sorted(self._punct_chars))
+        self._punct_re = re.compile(f"[{punct_class}]")
+        # re is ~10x slower on a class with non-ASCII members: use the ASCII subset unless the
+        # text holds one of the non-ASCII sentence-final characters.
+        self._ascii_punct_re = re.compile("[" + "".join(re.escape(c) for c in sorted(self._punct_chars) if c.isascii()) + "]")
+        self._non_ascii_punct = frozenset(c for c in self._punct_chars if not c.isascii())
+        self._non_ascii_re = re.compile(r"[^\x00-\x7f]")
+        self._space_re = re.compile(r"\s")
+        self._nonspace_re = re.compile(r"\S")
+        self._cache: dict = {}
+
+    def _span_tokens(self, span: str):
+        """(offset in span, in punct_chars, is_punct) of each token spaCy makes of ``span``."""
+        tokens = self._cache.get(span)
+        if tokens is None:
+            doc = self._tokenizer(span)
+            tokens = tuple((t.idx, t.text in self._punct_chars, t.is_punct) for t in doc)
+            if len(self._cache) >= self._CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[span] = tokens
+        return tokens
+
+    def _feed(self, span: str, base: int, seen_period: bool, starts: List[int]) -> bool:
+        """Run the sentencizer's state machine over one span's tokens."""
+        for offset, in_punct_chars, is_punct in self._span_tokens(span):
+            if seen_period and not is_punct and not in_punct_chars:
+                starts.append(base + offset)
+                seen_period = False
+            elif in_punct_chars:
+                seen_period = True
+        return seen_period
+
+    def sentence_starts(self, text: str) -> List[int]:
+        """Character offsets where sentences start (the first is always 0)."""
+        starts = [0]
+        n = len(text)
+        done = 0  # text[:done] is processed
+        finder = self._ascii_punct_re
+        if not text.isascii() and not self._non_ascii_punct.isdisjoint(self._non_ascii_re.findall(text)):
+            finder = self._punct_re
+        for match in finder.finditer(text):
+            i = match.start()
+            if i < done:
+                continue
+            begin = i  # only a span holding a punct_chars character can set seen_period
+            while begin > 0 and not text[begin - 1].isspace():
+                begin -= 1
+            found = self._space_re.search(text, i)
+            end = found.start() if found else n
+            seen_period = self._feed(text[begin:end], begin, False, starts)
+            done = end
+            while seen_period and done < n:  # resolve: the next non-punctuation token starts a sentence
+                found = self._nonspace_re.search(text, done)
+                nxt = found.start() if found else n
+                if nxt - done > 1 or text[done] != " ":
+                    # spaCy absorbs one space after a token; any other whitespace is a token
+                    if nxt < n:
+                        starts.append(nxt)
+                    seen_period = False
+                    done = nxt
+                    break
+                if nxt >= n:
+                    break
+                found = self._space_re.search(text, nxt)
+                end = found.start() if found else n
+                span = text[nxt:end]
+                if self._category(span[0])[0] != "P" and not self._punct_re.search(span):
+                    starts.append(nxt)  # its first token is neither punctuation nor sentence-final
+                    seen_period = False
+                else:
+                    seen_period = self._feed(span, nxt, True, starts)
+                done = end
+        return starts
+
+    def sentences(self, text: str) -> List[str]:
+        starts = self.sentence_starts(text)
+        ends = starts[1:] + [len(text)]
+        return [piece for piece in (text[a:b].strip() for a, b in zip(starts, ends)) if piece]
+
+
 class SentenceSegmenter:
     """Documents -> sentences, built once per worker process (spaCy is never pickled)."""
 
@@ -116,6 +217,7 @@ class SentenceSegmenter:
         single_sentence_per_line: bool = False,
         batch_size: int = 256,
         chunk_chars: int = DEFAULT_CHUNK_CHARS,
+        use_fast: bool = True,
     ) -> None:
         self.single_sentence_per_line = single_sentence_per_line
         self.batch_size = batch_size
@@ -123,6 +225,8 @@ class SentenceSegmenter:
         self.nlp = None if single_sentence_per_line else load_spacy_pipeline(spacy_model)
         if self.nlp is not None:
             self.nlp.max_length = max(self.nlp.max_length, chunk_chars + 1)
+        # The default blank pipeline + sentencizer is replayed exactly, without building Docs.
+        self.fast = FastRuleSentencizer(self.nlp) if self.nlp is not None and not spacy_model and use_fast else None
 
     def segment(self, documents: Sequence[str]) -> Tuple[List[List[str]], int]:
         """Sentences of each document, and how many paragraphs had to be cut into chunks."""
@@ -138,6 +242,10 @@ class SentenceSegmenter:
                 pieces.extend(parts)
                 owners.extend([index] * len(parts))
         sentences: List[List[str]] = [[] for _ in documents]
+        if self.fast is not None:
+            for owner, piece in zip(owners, pieces):
+                sentences[owner].extend(self.fast.sentences(piece))
+            return sentences, chunked
         for owner, parsed in zip(owners, self.nlp.pipe(pieces, batch_size=self.batch_size)):
             bucket = sentences[owner]
             for sent in parsed.sents:

@@ -23,6 +23,7 @@ import gzip
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Sequence, Tuple
 
@@ -56,6 +57,7 @@ class FragmentWriter:
     path: str
     compression: str
     segments: List[Segment] = field(default_factory=list)
+    seconds: Dict[str, float] = field(default_factory=dict)  # time spent serializing / writing
 
     def __post_init__(self) -> None:
         self._tmp_path = self.path + ".tmp"
@@ -71,11 +73,15 @@ class FragmentWriter:
             rows = np.flatnonzero(shard_of_row == shard)
             if len(rows) == 0:
                 continue
+            started = time.perf_counter()
             subset = {name: features[name][rows] for name, _ in order}
             data = frame_records(serialize_examples(subset, order))
             if self.compression == "gzip":
                 data = gzip.compress(data, compresslevel=6, mtime=0)
+            serialized = time.perf_counter()
             self._handle.write(data)
+            self.seconds["serialize"] = self.seconds.get("serialize", 0.0) + serialized - started
+            self.seconds["write"] = self.seconds.get("write", 0.0) + time.perf_counter() - serialized
             self.segments.append(Segment(shard, self._offset, len(data), len(rows)))
             self._offset += len(data)
 

@@ -1,0 +1,570 @@
+"""BERT WordPiece tokenization on HF ``tokenizers``, token-for-token identical to
+google-research/bert's reference ``tokenization.FullTokenizer``.
+
+Fast path: the Rust pipeline (``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece``) does all
+the work.  It is configured to reproduce the reference where HF's defaults differ:
+
+* no special/added tokens are registered, so literal ``[CLS]``/``[SEP]``/... in raw text are
+  tokenized as ordinary text (``[``, ``cl``, ``##s``, ``]``), as the reference does;
+* ``max_input_chars_per_word=200`` (the reference value; HF's default is 100).
+
+Slow path: a few characters are handled differently by HF's normalizer/pre-tokenizer and by the
+reference, which runs on Python's ``unicodedata``/``str.lower()``:
+
+* Greek capital sigma ``Σ`` (lowercasing only): Python's ``str.lower()`` maps a word-final ``Σ``
+  to ``ς``; HF lowercases char by char (always ``σ``);
+* private-use characters (category ``Co``): the reference drops only ``Cc``/``Cf`` characters
+  and keeps these (they end up in an ``[UNK]``), HF drops every ``C*`` character;
+* CJK Extension F (U+2B820..U+2CEAF): a CJK range in the reference, not in HF;
+* a few hundred characters whose Unicode properties changed between the Unicode version of
+  Python's ``unicodedata`` and the (older or newer) tables compiled into ``tokenizers``.
+
+Texts holding such a character (rare: none of the ASCII texts, which are checked in O(1)) are
+basic-tokenized by an exact Python port of the reference ``BasicTokenizer`` and only the
+WordPiece step runs in Rust.  The divergent characters are precomputed for the Unicode /
+``tokenizers`` versions this was developed on and recomputed by probing (a few seconds, once per
+process) under any other versions.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import tokenizers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from bert_data.errors import VocabError
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "FullTokenizer",
+    "case_mismatch_warning",
+    "load_vocab",
+]
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
+
+#: Reference ``WordpieceTokenizer.max_input_chars_per_word``.
+MAX_INPUT_CHARS_PER_WORD = 200
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
+
+
+def load_vocab(vocab_file: str) -> dict[str, int]:
+    """Read a ``vocab.txt`` (one token per line, id = 0-based line index, UTF-8).
+
+    Like the reference, each line has its surrounding whitespace stripped (for a valid vocabulary
+    this only removes the ``\\n`` / ``\\r\\n`` line ending).  Unlike the reference, which silently
+    accepts them, blank lines, duplicate tokens, an empty file and missing special tokens are
+    rejected with a :class:`~bert_data.errors.VocabError` naming the file and 1-based line.
+    """
+    path = os.fspath(vocab_file)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise VocabError(f"vocab file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise VocabError(f"vocab file {path!r} is a directory, not a file") from None
+    except OSError as e:
+        raise VocabError(f"vocab file {path!r} cannot be read: {e.strerror or e}") from None
+
+    if not data.strip():
+        raise VocabError(f"vocab file {path!r} is empty")
+
+    raw_lines = data.split(b"\n")
+    if raw_lines[-1] == b"":  # the final newline ends the last line, it does not start one
+        raw_lines.pop()
+
+    vocab: dict[str, int] = {}
+    for index, raw in enumerate(raw_lines):
+        lineno = index + 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise VocabError(
+                f"vocab file {path!r}, line {lineno}: not valid UTF-8 ({e.reason} at byte {e.start})"
+            ) from None
+        if index == 0 and line.startswith("\ufeff"):
+            raise VocabError(
+                f"vocab file {path!r}, line 1: starts with a UTF-8 byte-order mark; "
+                "save the file as UTF-8 without BOM"
+            )
+        token = line.strip()
+        if not token:
+            raise VocabError(
+                f"vocab file {path!r}, line {lineno}: blank line (every line must hold one token)"
+            )
+        first = vocab.get(token)
+        if first is not None:
+            raise VocabError(
+                f"vocab file {path!r}, line {lineno}: duplicate token {token!r} "
+                f"(first on line {first + 1})"
+            )
+        vocab[token] = index
+
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise VocabError(
+            f"vocab file {path!r} ({len(vocab)} lines) lacks the special token(s) "
+            + ", ".join(missing)
+        )
+    return vocab
+
+
+def _looks_cased(vocab: dict[str, int]) -> bool:
+    alpha = upper = 0
+    for token in vocab:
+        if token.startswith("[") and token.endswith("]"):
+            continue
+        body = token[2:] if token.startswith("##") else token
+        if body.isascii() and body.isalpha():
+            alpha += 1
+            if not body.islower():
+                upper += 1
+    return upper > 0.01 * alpha
+
+
+def case_mismatch_warning(vocab: dict[str, int], do_lower_case: bool) -> str | None:
+    """A human-readable warning when ``do_lower_case`` looks wrong for ``vocab``, else ``None``.
+
+    A vocabulary is considered cased when more than 1% of its ASCII-alphabetic tokens (``##``
+    prefix stripped, ``[...]`` specials ignored) contain an uppercase letter.
+    """
+    cased = _looks_cased(vocab)
+    if cased and do_lower_case:
+        return (
+            "the vocabulary looks cased (many tokens contain uppercase letters) but "
+            "--do_lower_case is set: all text will be lowercased and the cased tokens never used; "
+            "pass --do_lower_case=false for a cased vocabulary"
+        )
+    if not cased and not do_lower_case:
+        return (
+            "the vocabulary looks uncased (no tokens with uppercase letters) but --do_lower_case "
+            "is off: words with uppercase letters will be split badly or become [UNK]; "
+            "pass --do_lower_case for an uncased vocabulary"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Exact port of the reference BasicTokenizer (google-research/bert tokenization.py, Apache-2.0)
+# --------------------------------------------------------------------------------------------
+
+
+def _is_whitespace(char: str) -> bool:
+    if char == " " or char == "\t" or char == "\n" or char == "\r":
+        return True
+    return unicodedata.category(char) == "Zs"
+
+
+def _is_control(char: str) -> bool:
+    if char == "\t" or char == "\n" or char == "\r":
+        return False
+    return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def _is_punctuation(char: str) -> bool:
+    cp = ord(char)
+    if (33 <= cp <= 47) or (58 <= cp <= 64) or (91 <= cp <= 96) or (123 <= cp <= 126):
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_chinese_char(cp: int) -> bool:
+    return (
+        (0x4E00 <= cp <= 0x9FFF)
+        or (0x3400 <= cp <= 0x4DBF)
+        or (0x20000 <= cp <= 0x2A6DF)
+        or (0x2A700 <= cp <= 0x2B73F)
+        or (0x2B740 <= cp <= 0x2B81F)
+        or (0x2B820 <= cp <= 0x2CEAF)
+        or (0xF900 <= cp <= 0xFAFF)
+        or (0x2F800 <= cp <= 0x2FA1F)
+    )
+
+
+def _whitespace_tokenize(text: str) -> list[str]:
+    return text.split()  # == reference: strip(), then split() (empty -> [])
+
+
+def _split_on_punc(text: str) -> list[str]:
+    output: list[str] = []
+    current: list[str] = []
+    for char in text:
+        if _is_punctuation(char):
+            if current:
+                output.append("".join(current))
+                current = []
+            output.append(char)
+        else:
+            current.append(char)
+    if current:
+        output.append("".join(current))
+    return output
+
+
+def _reference_basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
+    """The reference ``BasicTokenizer(do_lower_case).tokenize(text)``."""
+    out: list[str] = []
+    for char in text:
+        cp = ord(char)
+        if cp == 0 or cp == 0xFFFD or _is_control(char):
+            continue
+        if _is_whitespace(char):
+            out.append(" ")
+        elif _is_chinese_char(cp):
+            out.append(" ")
+            out.append(char)
+            out.append(" ")
+        else:
+            out.append(char)
+    split_tokens: list[str] = []
+    for token in _whitespace_tokenize("".join(out)):
+        if do_lower_case:
+            token = unicodedata.normalize("NFD", token.lower())
+            token = "".join(c for c in token if unicodedata.category(c) != "Mn")
+        split_tokens.extend(_split_on_punc(token))
+    return _whitespace_tokenize(" ".join(split_tokens))
+
+
+# --------------------------------------------------------------------------------------------
+# Characters on which HF's BertNormalizer/BertPreTokenizer and the reference disagree
+# --------------------------------------------------------------------------------------------
+
+_SIGMA = 0x03A3
+_SURROGATES = "\ud800-\udfff"
+_SURROGATE_RE = re.compile(f"[{_SURROGATES}]")
+# Private use (category Co) in every Unicode version.
+_PRIVATE_USE = ((0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD))
+# Code points outside these ranges are unassigned in every Unicode version up to 16.0 (planes
+# 4-13) or private use (planes 15-16): the probe only needs to look at these.
+_PROBE_RANGES = ((0x80, 0x3FFFF), (0xE0000, 0xEFFFF))
+_PROBE_SEP = "|"
+
+# Output of _probe_divergent() for the versions named in the key: "start[-end]" in hex.
+_PRECOMPUTED_KEY = ("14.0.0", "0.23.3")
+_PRECOMPUTED: dict[bool, str] = {
+    True: (
+        "61d 7fd 890-891 898-89f 8ca-8e2 9fd-9fe a76 afa-aff b55 c04 c3c c77 c84 d00 d3b-d3c d81 "
+        "eba 166d 1734 180f 1885-1886 1abf-1ace 1b7d-1b7e 1c89 1df6-1dfb 2e43-2e4f 2e52-2e5d "
+        "a7cb-a7cc a7ce a7d2 a7d4 a7da a7dc a82c a8c5 a8ff a9bd 10d24-10d27 10d50-10d65 "
+        "10eab-10ead 10f46-10f50 10f55-10f59 10f82-10f89 11070 11073-11074 110c2 110cd 111c9 "
+        "111cf 1123e 1133b 11438-1143f 11442-11444 11446 1144b-1144f 1145a-1145b 1145d-1145e "
+        "11660-1166c 116b9 1182f-11837 11839-1183b 11938 1193b-1193c 1193e 11943-11946 "
+        "119d4-119d7 119da-119db 119e0 119e2 11a01-11a0a 11a33-11a38 11a3b-11a47 11a51-11a56 "
+        "11a59-11a5b 11a8a-11a96 11a98-11a9c 11a9e-11aa2 11c30-11c36 11c38-11c3d 11c3f "
+        "11c41-11c45 11c70-11c71 11c92-11ca7 11caa-11cb0 11cb2-11cb3 11cb5-11cb6 11d31-11d36 "
+        "11d3a 11d3c-11d3d 11d3f-11d45 11d47 11d90-11d91 11d95 11d97 11ef3-11ef4 11ef7-11ef8 "
+        "11fff 12ff1-12ff2 13430-13438 16e97-16e9a 16ea0-16eb8 16f4f 16fe2 16fe4 1cf00-1cf2d "
+        "1cf30-1cf46 1e000-1e006 1e008-1e018 1e01b-1e021 1e023-1e024 1e026-1e02a 1e130-1e136 "
+        "1e2ae 1e2ec-1e2ef 1e944-1e94a 1e95e-1e95f 2b820-2b91f "
+    ),
+    False: (
+        "61d 890-891 8e2 9fd a76 c77 c84 166d 1b7d-1b7e 2e43-2e4f 2e52-2e5d 10ead 10f55-10f59 "
+        "10f86-10f89 110cd 111c9 1144b-1144f 1145a-1145b 1145d 11660-1166c 116b9 1183b "
+        "11944-11946 119e2 11a3f-11a46 11a9a-11a9c 11a9e-11aa2 11c41-11c45 11c70-11c71 "
+        "11ef7-11ef8 11fff 12ff1-12ff2 13430-13438 16e97-16e9a 16fe2 1e95e-1e95f 2b820-2b91f "
+    ),
+}
+
+
+def _probe_divergent(do_lower_case: bool) -> list[int]:
+    """Code points (outside private use and Σ) that HF and the reference treat differently.
+
+    Each candidate ``c`` is probed as the word ``a{c}b``, in chunks joined by ``|`` (ASCII
+    punctuation on both sides, so every probe comes back as its own run of words).
+    """
+    hf = _build_hf_tokenizer({UNK: 0}, do_lower_case)
+    normalize, pre_tokenize = hf.normalizer.normalize_str, hf.pre_tokenizer.pre_tokenize_str
+    candidates = [
+        cp
+        for lo, hi in _PROBE_RANGES
+        for cp in range(lo, hi + 1)
+        if not (0xD800 <= cp <= 0xDFFF) and unicodedata.category(chr(cp)) != "Co"
+    ]
+    divergent: list[int] = []
+
+    def split_runs(words: list[str]) -> list[list[str]]:
+        runs: list[list[str]] = [[]]
+        for w in words:
+            if w == _PROBE_SEP:
+                runs.append([])
+            else:
+                runs[-1].append(w)
+        return runs
+
+    chunk = 4096
+    for start in range(0, len(candidates), chunk):
+        cps = candidates[start : start + chunk]
+        text = _PROBE_SEP.join(f"a{chr(cp)}b" for cp in cps)
+        ref_runs = split_runs(_reference_basic_tokenize(text, do_lower_case))
+        hf_runs = split_runs([w for w, _ in pre_tokenize(normalize(text))])
+        if len(ref_runs) == len(cps) and len(hf_runs) == len(cps):
+            divergent.extend(cp for cp, r, h in zip(cps, ref_runs, hf_runs) if r != h)
+        else:  # a candidate produced the separator: probe this chunk one by one
+            for cp in cps:
+                probe = f"a{chr(cp)}b"
+                ref = _reference_basic_tokenize(probe, do_lower_case)
+                if ref != [w for w, _ in pre_tokenize(normalize(probe))]:
+                    divergent.append(cp)
+    return divergent
+
+
+def _ranges(cps: Iterable[int]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for cp in sorted(set(cps)):
+        if out and out[-1][1] == cp - 1:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _format_ranges(ranges: Iterable[tuple[int, int]]) -> str:
+    return " ".join(f"{lo:x}" if lo == hi else f"{lo:x}-{hi:x}" for lo, hi in ranges)
+
+
+def _parse_ranges(spec: str) -> list[tuple[int, int]]:
+    out = []
+    for item in spec.split():
+        lo, _, hi = item.partition("-")
+        out.append((int(lo, 16), int(hi or lo, 16)))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _divergent_ranges(do_lower_case: bool) -> tuple[tuple[int, int], ...]:
+    key = (unicodedata.unidata_version, tokenizers.__version__)
+    if key == _PRECOMPUTED_KEY:
+        probed = _parse_ranges(_PRECOMPUTED[do_lower_case])
+    else:
+        probed = _ranges(_probe_divergent(do_lower_case))
+    extra = [(_SIGMA, _SIGMA)] if do_lower_case else []
+    cps = [cp for lo, hi in [*probed, *_PRIVATE_USE, *extra] for cp in range(lo, hi + 1)]
+    return tuple(_ranges(cps))
+
+
+@functools.lru_cache(maxsize=None)
+def _divergent_re(do_lower_case: bool) -> re.Pattern[str]:
+    parts = []
+    for lo, hi in _divergent_ranges(do_lower_case):
+        parts.append(re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}")
+    # Lone surrogates cannot be passed to Rust at all; the reference keeps them (category Cs).
+    parts.append(_SURROGATES)
+    return re.compile("[" + "".join(parts) + "]")
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------------
+
+
+# ASCII control characters the reference drops (all of Cc but \t \n \r; NUL separates texts).
+_ASCII_CONTROLS = bytes([*range(0x01, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+# The reference's ASCII punctuation, each with the spaced-out replacement that splits on it.
+_ASCII_PUNCT_SPACED = tuple(
+    (bytes([c]), b" " + bytes([c]) + b" ")
+    for c in (*range(33, 48), *range(58, 65), *range(91, 97), *range(123, 127))
+)
+
+
+def _wordpiece(vocab: dict[str, int]) -> models.WordPiece:
+    return models.WordPiece(
+        vocab,
+        unk_token=UNK,
+        continuing_subword_prefix="##",
+        max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+    )
+
+
+def _build_hf_tokenizer(vocab: dict[str, int], do_lower_case: bool) -> Tokenizer:
+    tok = Tokenizer(_wordpiece(vocab))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=True,
+        strip_accents=do_lower_case,
+        lowercase=do_lower_case,
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # Deliberately no add_special_tokens(): a literal "[CLS]" in text must stay ordinary text.
+    return tok
+
+
+class FullTokenizer:
+    """Drop-in equivalent of the reference ``tokenization.FullTokenizer``."""
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True) -> None:
+        self.vocab: dict[str, int] = load_vocab(vocab_file)
+        self.inv_vocab: dict[int, str] = {v: k for k, v in self.vocab.items()}
+        self.do_lower_case: bool = bool(do_lower_case)
+        self._tok = _build_hf_tokenizer(self.vocab, self.do_lower_case)
+        # WordPiece only, fed with words from the Python reference basic tokenizer.
+        self._wp = Tokenizer(_wordpiece(self.vocab))
+        # Whitespace split + WordPiece, fed with ASCII text already cleaned, lowercased and
+        # spaced around punctuation (see _ascii_batch_ids).
+        self._ascii_tok = Tokenizer(_wordpiece(self.vocab))
+        self._ascii_tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        self._divergent = _divergent_re(self.do_lower_case)
+
+    # -- special ids ---------------------------------------------------------------------------
+    @property
+    def unk_id(self) -> int:
+        return self.vocab[UNK]
+
+    @property
+    def cls_id(self) -> int:
+        return self.vocab[CLS]
+
+    @property
+    def sep_id(self) -> int:
+        return self.vocab[SEP]
+
+    @property
+    def mask_id(self) -> int:
+        return self.vocab[MASK]
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab[PAD]
+
+    # -- core ----------------------------------------------------------------------------------
+    def _needs_reference(self, text: str) -> bool:
+        return not text.isascii() and self._divergent.search(text) is not None
+
+    def _reference_words(self, text: str) -> list[str]:
+        words = _reference_basic_tokenize(text, self.do_lower_case)
+        if _SURROGATE_RE.search(text):
+            # A lone surrogate cannot reach Rust; no vocab token holds one, so the reference
+            # WordPiece turns any word containing one into [UNK] (and so does the word "[UNK]").
+            words = [UNK if _SURROGATE_RE.search(w) else w for w in words]
+        return words
+
+    def tokenize(self, text: str) -> list[str]:
+        if self._needs_reference(text):
+            enc = self._wp.encode(self._reference_words(text), is_pretokenized=True,
+                                  add_special_tokens=False)
+        else:
+            enc = self._tok.encode(text, add_special_tokens=False)
+        return enc.tokens
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        vocab = self.vocab
+        return [vocab[t] for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        inv = self.inv_vocab
+        return [inv[int(i)] for i in ids]
+
+    def encode_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Tokenize many texts at once (the pipeline's hot path).
+
+        Returns ``(ids, offsets)``: ``ids`` is one flat ``int32`` array holding every text's ids
+        back to back; ``offsets`` (``int64``, length ``len(texts) + 1``) delimits them, so text
+        ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.  Same ids as :meth:`tokenize` followed by
+        :meth:`convert_tokens_to_ids`, text by text.
+        """
+        if not isinstance(texts, list):
+            texts = list(texts)
+        if not texts:
+            return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
+        fast = self._ascii_batch_ids(texts)
+        if fast is not None:
+            return fast
+        return self._mixed_batch_ids(texts)
+
+    def _ascii_batch_ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``encode_ids`` for a batch of ASCII texts; ``None`` if a text is not ASCII or holds NUL.
+
+        On ASCII the reference basic tokenizer is: drop control characters, lowercase, split on
+        whitespace and around ASCII punctuation.  That is done here on the whole batch at once
+        with C-level ``bytes`` operations, leaving only whitespace splitting and WordPiece to Rust
+        (HF's Unicode normalizer is skipped).  The texts are joined into one string separated by
+        the word ``[SEP]``, which cannot otherwise occur since every ``[`` has been spaced out, so
+        Rust returns one id list and the separators' positions give the offsets.
+        """
+        joined = "\x00".join(texts)
+        if not joined.isascii():
+            return None
+        data = joined.encode("ascii")
+        n = len(texts)
+        if data.count(b"\x00") != n - 1:
+            return None
+        data = data.translate(None, _ASCII_CONTROLS)
+        if self.do_lower_case:
+            data = data.lower()
+        for punct, spaced in _ASCII_PUNCT_SPACED:
+            data = data.replace(punct, spaced)
+        data = data.replace(b"\x00", b" " + SEP.encode("ascii") + b" ")
+        (enc,) = self._ascii_tok.encode_batch_fast([data.decode("ascii")], add_special_tokens=False)
+        ids = np.array(enc.ids, dtype=np.int32)
+        offsets = np.empty(n + 1, dtype=np.int64)
+        offsets[0] = 0
+        if n == 1:
+            offsets[1] = len(ids)
+            return ids, offsets
+        is_sep = ids == self.sep_id
+        seps = np.flatnonzero(is_sep)
+        assert len(seps) == n - 1, "text separator count mismatch"
+        offsets[1:n] = seps - np.arange(n - 1)  # ids before separator k, minus k separators
+        ids = ids[~is_sep]
+        offsets[n] = len(ids)
+        return ids, offsets
+
+    def _mixed_batch_ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_ids`` for a batch with non-ASCII texts: each text takes the cheapest exact route."""
+        ascii_idx: list[int] = []
+        full_idx: list[int] = []
+        ref_idx: list[int] = []
+        divergent = self._divergent.search
+        for i, t in enumerate(texts):
+            if t.isascii():
+                (ascii_idx if "\x00" not in t else full_idx).append(i)
+            elif divergent(t) is None:
+                full_idx.append(i)
+            else:
+                ref_idx.append(i)
+
+        parts: list[tuple[list[int], np.ndarray, np.ndarray]] = []  # (text indices, ids, offsets)
+        if ascii_idx:
+            fast = self._ascii_batch_ids([texts[i] for i in ascii_idx])
+            assert fast is not None
+            parts.append((ascii_idx, *fast))
+        if full_idx:
+            encs = self._tok.encode_batch_fast([texts[i] for i in full_idx], add_special_tokens=False)
+            parts.append((full_idx, *_flatten([e.ids for e in encs])))
+        if ref_idx:
+            words = [self._reference_words(texts[i]) for i in ref_idx]
+            encs = self._wp.encode_batch_fast(words, is_pretokenized=True, add_special_tokens=False)
+            parts.append((ref_idx, *_flatten([e.ids for e in encs])))
+
+        n = len(texts)
+        lengths = np.zeros(n, dtype=np.int64)
+        for idx, _, sub_offsets in parts:
+            lengths[idx] = np.diff(sub_offsets)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.empty(int(offsets[-1]), dtype=np.int32)
+        for idx, sub_ids, sub_offsets in parts:
+            # Move each text's run of ids from its place in sub_ids to its place in ids.
+            shift = offsets[idx] - sub_offsets[:-1]
+            ids[np.arange(len(sub_ids)) + np.repeat(shift, np.diff(sub_offsets))] = sub_ids
+        return ids, offsets
+
+
+def _flatten(id_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    n = len(id_lists)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, id_lists), dtype=np.int64, count=n), out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(offsets[-1]))
+    return ids, offsets

@@ -1,0 +1,327 @@
+"""``build_vocab``: train a BERT-style WordPiece ``vocab.txt`` from the documents of metadata files.
+
+Uses HF ``tokenizers`` (``WordPieceTrainer``) with the same normalizer and pre-tokenizer that
+:mod:`bert_data.tokenization` uses to apply a vocabulary (``BertNormalizer`` with
+lowercasing/accent stripping following ``--do_lower_case``, ``BertPreTokenizer``), so the words
+the trainer sees are the words ``create_tfrecords`` will cut. Documents are streamed
+(:func:`~bert_data.metadata.iter_metadata` + :func:`~bert_data.documents.read_source`), one
+paragraph at a time, twice:
+
+1. count the normalized characters, to fix the alphabet (``--limit_alphabet`` most frequent
+   characters, ties broken by code point) and the characters that occur inside a word (those
+   get a ``##`` continuation form);
+2. train.
+
+Determinism: HF's trainer numbers the ``##x`` continuation forms in hash-map order, which
+differs from process to process and decides how ties between equally frequent merges are
+broken. Registering the alphabet (``initial_alphabet``) and the sorted ``##x`` forms up front
+(as trainer special tokens, right after ``[PAD] [UNK] [CLS] [SEP] [MASK]``) fixes every id
+before training, so the same input and flags give a byte-identical ``vocab.txt``.
+
+Output layout: ``[PAD] [UNK] [CLS] [SEP] [MASK]`` at ids 0-4, then the alphabet (by code
+point), the ``##`` forms of the alphabet, then the learned pieces in the order they were learned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import BertDataError, ConfigError, OutputError, VocabError
+
+PROG = "build_vocab"
+SPECIAL_TOKENS: Tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PREFIX = "##"
+_BATCH_CHARS = 1 << 20
+
+log = logging.getLogger(__name__)
+
+__all__ = ["build_vocab", "VocabResult", "main", "entry_point"]
+
+
+@dataclass
+class VocabResult:
+    tokens: List[str]  # id = index
+    documents: int  # documents read
+    skipped: int  # metadata entries skipped (binary, not a regular file)
+    paragraphs: int
+    characters: int  # non-whitespace characters after normalization
+    alphabet: int
+    continuation: int  # '##' forms of the alphabet
+
+
+def _components(do_lower_case: bool):
+    from tokenizers import normalizers, pre_tokenizers
+
+    normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case
+    )
+    return normalizer, pre_tokenizers.BertPreTokenizer()
+
+
+class _Corpus:
+    """Re-iterable stream of the paragraphs of every document listed in the metadata files."""
+
+    def __init__(self, metadata_files: Sequence[str], prefix: str) -> None:
+        self.metadata_files = list(metadata_files)
+        self.prefix = prefix
+        self.documents = 0
+        self.skipped = 0
+        self.paragraphs = 0
+
+    def __iter__(self) -> Iterator[str]:
+        from .documents import read_source
+        from .metadata import iter_metadata
+        from .sentences import split_paragraphs
+
+        self.documents = self.skipped = self.paragraphs = 0
+        for source in iter_metadata(self.metadata_files, self.prefix):
+            result = read_source(source, None)
+            if result.skip_reason:
+                self.skipped += 1
+                continue
+            self.documents += 1
+            for document in result.documents:
+                for paragraph in split_paragraphs(document):
+                    self.paragraphs += 1
+                    yield paragraph
+
+
+class _CharClasses:
+    """Whitespace / punctuation classes of characters, decided by the pre-tokenizer itself."""
+
+    def __init__(self, pre_tokenizer) -> None:
+        self._pre = pre_tokenizer
+        self._cache: dict = {}
+
+    def classify(self, cp: int) -> Tuple[bool, bool]:
+        """(is whitespace, is a word on its own: whitespace or punctuation)."""
+        got = self._cache.get(cp)
+        if got is None:
+            c = chr(cp)
+            space = not self._pre.pre_tokenize_str(c)
+            alone = space or len(self._pre.pre_tokenize_str("a" + c + "a")) != 1
+            got = self._cache[cp] = (space, alone)
+        return got
+
+
+def count_characters(corpus, normalizer, pre_tokenizer) -> Tuple[dict, dict, int]:
+    """Normalized character counts over the corpus: (all occurrences, occurrences inside a word, total chars).
+
+    Whitespace is left out. "Inside a word" = preceded by a character of the same pre-token,
+    i.e. both are neither whitespace nor punctuation (punctuation and CJK characters are always
+    words of their own, so they never need a ``##`` form).
+    """
+    classes = _CharClasses(pre_tokenizer)
+    counts: dict = {}
+    inside: dict = {}
+    total = 0
+    pending: List[str] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal total
+        text = " ".join(pending)
+        pending.clear()
+        cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+        if cps.size == 0:
+            return
+        uniq, inverse = np.unique(cps, return_inverse=True)
+        flags = np.array([classes.classify(int(c)) for c in uniq], dtype=bool).reshape(-1, 2)
+        space, alone = flags[:, 0], flags[:, 1]
+        per_char = np.bincount(inverse, minlength=len(uniq))
+        joined = ~alone[inverse]
+        cont = np.zeros(len(inverse), bool)
+        cont[1:] = joined[1:] & joined[:-1]
+        per_char_inside = np.bincount(inverse[cont], minlength=len(uniq))
+        for i in np.flatnonzero(~space):
+            c = int(uniq[i])
+            counts[c] = counts.get(c, 0) + int(per_char[i])
+            total += int(per_char[i])
+            if per_char_inside[i]:
+                inside[c] = inside.get(c, 0) + int(per_char_inside[i])
+
+    for paragraph in corpus:
+        text = normalizer.normalize_str(paragraph)
+        pending.append(text)
+        size += len(text)
+        if size >= _BATCH_CHARS:
+            flush()
+            size = 0
+    if pending:
+        flush()
+    return counts, inside, total
+
+
+def build_vocab(
+    metadata_files: Sequence[str],
+    input_files_prefix: str,
+    vocab_size: int,
+    do_lower_case: bool = True,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+) -> VocabResult:
+    """Train a WordPiece vocabulary; returns its tokens (id = index) and corpus counts."""
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ConfigError(f"--vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    if min_frequency < 1:
+        raise ConfigError(f"--min_frequency must be >= 1, got {min_frequency}")
+    if limit_alphabet < 1:
+        raise ConfigError(f"--limit_alphabet must be >= 1, got {limit_alphabet}")
+    from tokenizers import Tokenizer, models, trainers
+
+    from .metadata import scan_metadata
+
+    scan_metadata(metadata_files, input_files_prefix)  # fail fast on missing documents
+    normalizer, pre_tokenizer = _components(do_lower_case)
+    corpus = _Corpus(metadata_files, input_files_prefix)
+
+    counts, inside, total = count_characters(corpus, normalizer, pre_tokenizer)
+    if not counts:
+        raise ConfigError(
+            f"the documents listed in {', '.join(metadata_files)} hold no text "
+            f"({corpus.documents} read, {corpus.skipped} skipped)"
+        )
+    ranked = sorted(counts, key=lambda c: (-counts[c], c))
+    alphabet = sorted(ranked[:limit_alphabet])
+    continuation = [c for c in alphabet if inside.get(c)]
+    floor = len(SPECIAL_TOKENS) + len(alphabet) + len(continuation)
+    if vocab_size < floor:
+        raise ConfigError(
+            f"--vocab_size {vocab_size} is smaller than the {len(SPECIAL_TOKENS)} special tokens + "
+            f"{len(alphabet)} alphabet characters + {len(continuation)} '##' continuation forms = {floor}; "
+            f"raise --vocab_size or lower --limit_alphabet (the corpus has {len(counts)} distinct characters)"
+        )
+    chars = [chr(c) for c in alphabet]
+    hashes = [PREFIX + chr(c) for c in continuation]
+
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix=PREFIX))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        limit_alphabet=len(chars),
+        initial_alphabet=chars,
+        special_tokens=list(SPECIAL_TOKENS) + hashes,
+        continuing_subword_prefix=PREFIX,
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+
+    by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise RuntimeError("tokenizers returned non-contiguous ids")  # pragma: no cover
+    trained = [t for t, _ in by_id]
+    n_fixed = len(SPECIAL_TOKENS) + len(hashes)
+    if trained[:n_fixed] != list(SPECIAL_TOKENS) + hashes:
+        raise RuntimeError("tokenizers did not put the special tokens first")  # pragma: no cover
+    rest = trained[n_fixed:]
+    tokens = list(SPECIAL_TOKENS)
+    if sorted(rest[: len(chars)]) == chars:
+        tokens += rest[: len(chars)] + hashes + rest[len(chars):]
+    else:  # pragma: no cover - a tokenizers version that orders its alphabet differently
+        tokens += hashes + rest
+    # vocab.txt has one token per line and readers strip each line: no token may hold whitespace.
+    bad = [t for t in tokens if t != t.strip() or not t or any(ch.isspace() for ch in t)]
+    if bad:
+        log.warning("dropping %d token(s) that contain whitespace: %r", len(bad), bad[:5])
+        tokens = [t for t in tokens if t not in set(bad)]
+    return VocabResult(tokens, corpus.documents, corpus.skipped, corpus.paragraphs, total, len(chars), len(hashes))
+
+
+def write_vocab(tokens: Sequence[str], path: str) -> None:
+    """Write atomically, then check the file with :func:`bert_data.tokenization.load_vocab`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise OutputError(f"--output {path}: directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise OutputError(f"--output {path} is a directory")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write("\n".join(tokens) + "\n")
+        from .tokenization import load_vocab
+
+        vocab = load_vocab(tmp)
+        if len(vocab) != len(tokens):  # pragma: no cover - guarded by the whitespace filter
+            raise VocabError(f"{path}: {len(tokens)} tokens written, {len(vocab)} read back")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"--output {path} cannot be written ({exc.strerror or exc})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Train a BERT WordPiece vocab.txt ([PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4) on the documents "
+            "listed in metadata files. Same input and flags give a byte-identical file."
+        ),
+    )
+    parser.add_argument("--metadata_files", nargs="+", required=True, help="metadata file(s), one document path per line")
+    parser.add_argument("--input_files_prefix", default="", help="prefix joined to relative paths in the metadata files")
+    parser.add_argument("--output", required=True, help="vocab.txt to write")
+    parser.add_argument("--vocab_size", type=int, required=True, help="target vocabulary size (incl. special tokens)")
+    parser.add_argument(
+        "--do_lower_case", default=True, action=argparse.BooleanOptionalAction,
+        help="lower-case and strip accents, for an uncased vocabulary (default: on; use --no-do_lower_case for cased)",
+    )
+    parser.add_argument("--min_frequency", type=int, default=2, help="least count of a pair to be merged (default 2)")
+    parser.add_argument("--limit_alphabet", type=int, default=1000, help="most characters kept in the alphabet (default 1000)")
+    parser.add_argument("--log_level", default="WARNING", help="logging level (default WARNING)")
+    return parser
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    started = time.perf_counter()
+    try:
+        if os.path.isdir(args.output):
+            raise OutputError(f"--output {args.output} is a directory")
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+            raise OutputError(f"--output {args.output}: its directory does not exist")
+        result = build_vocab(
+            args.metadata_files, args.input_files_prefix, args.vocab_size, args.do_lower_case,
+            args.min_frequency, args.limit_alphabet,
+        )
+        write_vocab(result.tokens, args.output)
+    except BertDataError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    size = len(result.tokens)
+    note = "" if size == args.vocab_size else f" (asked for {args.vocab_size}: the corpus has no more pairs seen >= {args.min_frequency} times)"
+    print(
+        f"wrote {args.output}: {size} tokens{note}; alphabet {result.alphabet} characters + "
+        f"{result.continuation} '##' forms; from {result.documents} documents "
+        f"({result.skipped} skipped), {result.paragraphs} paragraphs, {result.characters} characters "
+        f"in {time.perf_counter() - started:.1f}s. Use with create_tfrecords --vocab_file {args.output} "
+        + ("--do_lower_case" if args.do_lower_case else "--no-do_lower_case")
+    )
+    return 0
+
+
+def entry_point() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

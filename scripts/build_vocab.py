@@ -1,0 +1,9 @@
+#!/usr/bin/env python3
+"""Thin wrapper: ``python scripts/build_vocab.py --help`` is the same as ``build_vocab --help``."""
+
+import sys
+
+from bert_data.vocab_builder import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,430 @@
+"""Tests of ``inspect_tfrecords`` (bert_data.inspect) on hand-made records with known content."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pytest
+
+from bert_data import inspect as insp
+from bert_data.cli import main as create_main
+from bert_data.records import frame_records, serialize_examples
+from bert_data.schema import NSP_FEATURES
+
+from conftest import base_args
+
+ORDER = sorted((f.name, f.dtype) for f in NSP_FEATURES)
+SEQ, PRED = 12, 3
+TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".", "dog", "ran"]
+T = {t: i for i, t in enumerate(TOKENS)}
+
+
+def ids(*tokens: str) -> List[int]:
+    return [T[t] for t in tokens]
+
+
+def make_record(
+    tokens: Sequence[str], n_a: int, predictions: Sequence[tuple], label: int, seq: int = SEQ, pred: int = PRED
+) -> Dict[str, np.ndarray]:
+    """tokens = the stored ``[CLS] A [SEP] B [SEP]`` (already masked); n_a = len([CLS] A [SEP]);
+    predictions = (position, original token)."""
+    real = len(tokens)
+    rec = {
+        "input_ids": np.array(ids(*tokens) + [0] * (seq - real)),
+        "input_mask": np.array([1] * real + [0] * (seq - real)),
+        "segment_ids": np.array([0] * n_a + [1] * (real - n_a) + [0] * (seq - real)),
+        "masked_lm_positions": np.array([p for p, _ in predictions] + [0] * (pred - len(predictions))),
+        "masked_lm_ids": np.array([T[o] for _, o in predictions] + [0] * (pred - len(predictions))),
+        "masked_lm_weights": np.array([1.0] * len(predictions) + [0.0] * (pred - len(predictions)), np.float32),
+        "next_sentence_labels": np.array([label]),
+    }
+    return rec
+
+
+# [CLS] the [MASK]{cat} sat [SEP] | the mat{dog} ran .{.} [SEP]  -> [MASK], random, kept; NSP 1
+REC1 = make_record(
+    ["[CLS]", "the", "[MASK]", "sat", "[SEP]", "the", "mat", "ran", ".", "[SEP]"], 5,
+    [(2, "cat"), (6, "dog"), (8, ".")], 1,
+)
+# [CLS] [MASK]{dog} ran [SEP] | the [UNK] [SEP]  -> one [MASK]; NSP 0
+REC2 = make_record(["[CLS]", "[MASK]", "ran", "[SEP]", "the", "[UNK]", "[SEP]"], 4, [(1, "dog")], 0)
+
+
+def encode(records: Sequence[Dict[str, np.ndarray]], order=ORDER) -> bytes:
+    """Frame each record on its own (records may have different shapes)."""
+    out = b""
+    for rec in records:
+        names = [n for n, _ in order]
+        batch = {n: np.asarray(rec[n])[None, :] for n in names}
+        out += frame_records(serialize_examples(batch, order))
+    return out
+
+
+def write_records(path: Path, records, order=ORDER, gz: bool = False) -> Path:
+    data = encode(records, order)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.fixture
+def vocab(tmp_path: Path) -> Path:
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(TOKENS) + "\n", encoding="utf-8")
+    return path
+
+
+def write_manifest(directory: Path, per_shard: Dict[str, int], vocab: Optional[Path] = None, **overrides) -> Path:
+    manifest = {
+        "vocab_file": str(vocab) if vocab else None,
+        "max_seq_length": SEQ,
+        "max_predictions_per_seq": PRED,
+        "compression": "none",
+        "n_examples": sum(per_shard.values()),
+        "instances_per_shard": per_shard,
+    }
+    manifest.update(overrides)
+    path = directory / "data_params.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    return path
+
+
+def run(capsys, *argv: str):
+    code = insp.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stats_json(capsys, tmp_path: Path, *argv) -> tuple:
+    out_json = tmp_path / "stats.json"
+    code, out, err = run(capsys, *argv, "--stats", "--json", out_json)
+    return code, json.loads(out_json.read_text()), out, err
+
+
+# --------------------------------------------------------------------------------------------
+# Printing instances
+# --------------------------------------------------------------------------------------------
+
+
+def test_prints_decoded_instances(tmp_path, vocab, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [REC1, REC2])
+    code, out, err = run(capsys, f, "--vocab_file", vocab)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert f"{f} record 0: 10/12 tokens, 3 predictions, NSP label 1 = B is a random segment" in lines
+    assert "  A: [CLS] the [MASK]{cat} sat [SEP]" in lines
+    assert "  B: the mat{dog} ran .{.} [SEP]" in lines
+    assert f"{f} record 1: 7/12 tokens, 1 predictions, NSP label 0 = B is the true next segment" in lines
+    assert "  A: [CLS] [MASK]{dog} ran [SEP]" in lines
+    assert "  B: the [UNK] [SEP]" in lines
+
+
+def test_n_limits_output_and_vocab_comes_from_manifest(tmp_path, vocab, capsys):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    write_records(out_dir / "examples-1.tfrecords", [REC1, REC2])
+    write_manifest(out_dir, {"examples-1.tfrecords": 2}, vocab=vocab)
+    code, out, _ = run(capsys, out_dir, "-n", "1")
+    assert code == 0
+    assert "  A: [CLS] the [MASK]{cat} sat [SEP]" in out
+    assert "record 1" not in out
+
+
+def test_print_mode_flags_a_bad_record(tmp_path, vocab, capsys):
+    bad = dict(REC1, next_sentence_labels=np.array([7]))
+    f = write_records(tmp_path / "a.tfrecords", [bad])
+    code, out, _ = run(capsys, f, "--vocab_file", vocab)
+    assert code == 1
+    assert "NSP label 7 (invalid: must be 0 or 1)" in out
+    assert "BAD: next_sentence_labels is not 0 or 1" in out
+
+
+# --------------------------------------------------------------------------------------------
+# --stats
+# --------------------------------------------------------------------------------------------
+
+
+def test_stats_numbers_and_json(tmp_path, vocab, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [REC1, REC2, REC1])
+    code, report, out, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 0
+    assert report["ok"] is True
+    assert report["instances"] == 3 and report["valid_instances"] == 3 and report["bad_records"] == 0
+    hist = report["real_length"]["histogram"]
+    assert len(hist) == SEQ + 1 and hist[10] == 2 and hist[7] == 1 and sum(hist) == 3
+    assert report["real_length"]["min"] == 7 and report["real_length"]["max"] == 10
+    assert report["real_length"]["mean"] == pytest.approx(9.0)
+    mhist = report["masked_per_instance"]["histogram"]
+    assert mhist == [0, 1, 0, 2]
+    assert report["nsp"] == {"is_next": 1, "random_next": 2, "random_fraction": pytest.approx(2 / 3, abs=1e-6)}
+    mc = report["mask_composition"]
+    assert (mc["predictions"], mc["mask"], mc["kept"], mc["random"]) == (7, 3, 2, 2)
+    assert mc["mask_fraction"] == pytest.approx(3 / 7, abs=1e-6)
+    # real non-special tokens by original id: REC1 the cat sat the dog ran . (7), REC2 dog ran the [UNK] (4)
+    assert report["unk"] == {"tokens": 18, "unk": 1, "rate": pytest.approx(1 / 18, abs=1e-6)}
+    assert report["files"] == [
+        {"path": str(f), "records": 3, "bad_records": 0, "compression": "none", "corrupt": None}
+    ]
+    assert report["lengths"][0]["max_seq_length"] == SEQ
+    assert report["lengths"][0]["from"].startswith("first record of")
+    assert "instances: 3 (3 valid, 0 bad)" in out
+    assert "mask composition over 7 predictions: [MASK] 42.86%, kept 28.57%, random 28.57%" in out
+    assert "[UNK] rate: 5.56% (1 of 18 real non-special tokens)" in out
+    assert out.rstrip().endswith("OK")
+
+
+def test_stats_without_vocab_skips_vocab_numbers(tmp_path, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [REC1])
+    code, report, out, _ = stats_json(capsys, tmp_path, f)
+    assert code == 0
+    assert report["mask_composition"] is None and report["unk"] is None
+    assert "n/a (no vocabulary" in out
+
+
+def test_json_to_stdout(tmp_path, vocab, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [REC1])
+    code, out, _ = run(capsys, f, "--vocab_file", vocab, "--json", "-")
+    assert code == 0
+    assert json.loads(out)["instances"] == 1
+
+
+def test_gzip_file(tmp_path, vocab, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [REC1, REC2], gz=True)
+    assert f.read_bytes()[:2] == b"\x1f\x8b"
+    code, report, _, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 0 and report["instances"] == 2
+    assert report["files"][0]["compression"] == "gzip"
+    code, out, _ = run(capsys, f, "--vocab_file", vocab)
+    assert code == 0 and "  B: the mat{dog} ran .{.} [SEP]" in out
+
+
+def _variant(**changes) -> Dict[str, np.ndarray]:
+    rec = {k: v.copy() for k, v in REC1.items()}
+    for k, v in changes.items():
+        rec[k] = np.asarray(v, dtype=rec[k].dtype)
+    return rec
+
+
+BAD_RECORDS = {
+    "input_mask is not a run of 1s followed by 0s": _variant(input_mask=[1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0]),
+    "segment_ids is not 0s then 1s within input_mask": _variant(segment_ids=[0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0]),
+    "masked_lm_positions is not strictly ascending": _variant(masked_lm_positions=[6, 2, 8], masked_lm_ids=[11, 6, 10]),
+    "masked_lm_positions points past the real length": _variant(masked_lm_positions=[2, 6, 11]),
+    "masked_lm_weights is not 1.0 exactly on the predictions and 0.0 elsewhere": _variant(
+        masked_lm_weights=[1.0, 1.0, 0.5]
+    ),
+    "next_sentence_labels is not 0 or 1": _variant(next_sentence_labels=[2]),
+    "input_ids is not 0 on padding": _variant(input_ids=ids("[CLS]", "the", "[MASK]", "sat", "[SEP]", "the", "mat",
+                                                          "ran", ".", "[SEP]", "the", "[PAD]")),
+    "input_ids does not start with [CLS]": _variant(input_ids=ids("the", "the", "[MASK]", "sat", "[SEP]", "the", "mat",
+                                                                "ran", ".", "[SEP]", "[PAD]", "[PAD]")),
+}
+
+
+def test_schema_violations_are_detected(tmp_path, vocab, capsys):
+    f = tmp_path / "bad.tfrecords"
+    data = encode([REC1] + list(BAD_RECORDS.values()) + [REC2])
+    # structural problems: a missing feature, a wrong dtype, a wrong length, an extra feature
+    no_label = [(n, d) for n, d in ORDER if n != "next_sentence_labels"]
+    data += encode([REC1], order=no_label)
+    data += encode([dict(REC1, masked_lm_weights=np.array([1, 1, 1]))],
+                   order=[(n, "int64" if n == "masked_lm_weights" else d) for n, d in ORDER])
+    data += encode([dict(REC1, input_ids=REC1["input_ids"][:11])])
+    data += encode([dict(REC1, extra=np.array([1]))], order=sorted(ORDER + [("extra", "int64")]))
+    f.write_bytes(data)
+    code, report, out, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 1
+    assert report["ok"] is False
+    assert report["instances"] == 2 + len(BAD_RECORDS) + 4
+    assert report["valid_instances"] == 2
+    assert report["bad_records"] == len(BAD_RECORDS) + 4
+    counts = report["bad_reason_counts"]
+    for reason in BAD_RECORDS:
+        assert counts.get(reason, 0) >= 1, reason
+    assert counts["missing feature(s) next_sentence_labels"] == 1
+    assert counts["masked_lm_weights is a int64_list, expected a float_list (float32)"] == 1
+    assert counts["input_ids has 11 values, expected 12"] == 1
+    assert counts["unexpected feature(s) 'extra'"] == 1
+    assert len(report["bad_reasons"]) == insp.MAX_REASONS
+    assert report["bad_reasons"][0].startswith(f"{f} record 1: input_mask is not a run")
+    assert f"BAD RECORDS: {len(BAD_RECORDS) + 4}" in out and out.rstrip().endswith("FAILED")
+
+
+def test_check_records_accepts_writer_style_records():
+    batch = {k: np.stack([REC1[k], REC2[k]]) for k in REC1}
+    vocab = insp.VocabInfo("v", TOKENS, 0, 1, 2, 3, 4)
+    assert not any(rows.any() for rows, _ in insp.check_records(batch, vocab))
+
+
+def test_corrupt_frame_is_a_bad_file(tmp_path, vocab, capsys):
+    data = bytearray(encode([REC1, REC2]))
+    data[-10] ^= 0xFF  # inside the second record's payload: bad data CRC
+    f = tmp_path / "a.tfrecords"
+    f.write_bytes(bytes(data))
+    code, report, _, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 1
+    assert report["instances"] == 1 and report["bad_records"] == 1
+    assert "bad data CRC" in report["files"][0]["corrupt"]
+
+
+# --------------------------------------------------------------------------------------------
+# data_params.json
+# --------------------------------------------------------------------------------------------
+
+
+def _out_dir(tmp_path: Path, shards: Dict[str, list]) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, records in shards.items():
+        write_records(out / name, records)
+    return out
+
+
+def test_matching_manifest_is_ok(tmp_path, vocab, capsys):
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1, REC2], "examples-2.tfrecords": [REC2]})
+    write_manifest(out, {"examples-1.tfrecords": 2, "examples-2.tfrecords": 1}, vocab=vocab)
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 0, report
+    assert report["manifests"][0]["n_examples_checked"] is True
+    assert report["vocab_file"] == str(vocab)  # taken from data_params.json
+    assert report["lengths"][0]["from"].endswith("data_params.json")
+
+
+def test_manifest_count_mismatches(tmp_path, vocab, capsys):
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1, REC2], "examples-2.tfrecords": [REC2]})
+    write_manifest(out, {"examples-1.tfrecords": 3, "examples-2.tfrecords": 1}, vocab=vocab, n_examples=5)
+    code, report, out_text, _ = stats_json(capsys, tmp_path, out)
+    assert code == 1
+    assert report["bad_records"] == 0
+    problems = "\n".join(report["manifest_problems"])
+    assert "instances_per_shard says examples-1.tfrecords holds 3 records, it holds 2" in problems
+    assert "n_examples is 5, the 2 shard(s) hold 3 records" in problems
+    assert "n_examples is 5 but instances_per_shard sums to 4" in problems
+    assert "MISMATCH:" in out_text
+
+
+def test_manifest_missing_shard_and_partial_inspection(tmp_path, vocab, capsys):
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1, REC2]})
+    write_manifest(out, {"examples-1.tfrecords": 2, "examples-2.tfrecords": 1}, vocab=vocab)
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 1
+    assert any("lists examples-2.tfrecords, which is missing" in p for p in report["manifest_problems"])
+    # one file given explicitly: the other shard is not required, n_examples is not checked
+    code, report, _, _ = stats_json(capsys, tmp_path, out / "examples-1.tfrecords")
+    assert code == 0, report
+    assert report["manifests"][0]["n_examples_checked"] is False
+    assert any("n_examples not checked" in w for w in report["warnings"])
+
+
+def test_manifest_length_mismatch(tmp_path, vocab, capsys):
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1]})
+    write_manifest(out, {"examples-1.tfrecords": 1}, vocab=vocab, max_seq_length=16, compression="gzip")
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 1
+    problems = "\n".join(report["manifest_problems"])
+    assert "max_seq_length is 16 but the records' input_ids have 12 values" in problems
+    assert "compression is 'gzip' but examples-1.tfrecords is 'none'" in problems
+    assert report["bad_reason_counts"] == {"input_ids has 12 values, expected 16": 1}
+
+
+def test_real_create_tfrecords_output(tmp_path, tiny_corpus, tiny_vocab, capsys):
+    out = tmp_path / "tf"
+    assert create_main(base_args(tiny_corpus, tiny_vocab, out, compression="gzip")) == 0
+    manifest = json.loads((out / "data_params.json").read_text())
+    capsys.readouterr()
+    code, report, _, err = stats_json(capsys, tmp_path, out)
+    assert code == 0, (report["bad_reasons"], report["manifest_problems"], err)
+    assert report["instances"] == manifest["n_examples"] > 0
+    assert {f["compression"] for f in report["files"]} == {"gzip"}
+    assert report["manifests"][0]["n_examples_checked"] is True
+    mc = report["mask_composition"]
+    assert mc["mask"] + mc["kept"] + mc["random"] == mc["predictions"] > 0
+    assert report["unk"]["rate"] == pytest.approx(manifest["unk_rate"], abs=1e-9)
+    code, text, _ = run(capsys, out, "-n", "2")
+    assert code == 0 and text.count("\n  A: [CLS] ") == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Paths and errors
+# --------------------------------------------------------------------------------------------
+
+
+def test_resolve_inputs_globs_and_natural_order(tmp_path):
+    for i in (1, 2, 10):
+        write_records(tmp_path / f"examples-{i}.tfrecords", [REC1])
+    files, dirs = insp.resolve_inputs([str(tmp_path)])
+    assert [Path(f.path).name for f in files] == ["examples-1.tfrecords", "examples-2.tfrecords", "examples-10.tfrecords"]
+    assert dirs == [str(tmp_path.resolve())]
+    files, dirs = insp.resolve_inputs([str(tmp_path / "examples-1*.tfrecords"), str(tmp_path / "examples-1.tfrecords")])
+    assert [Path(f.path).name for f in files] == ["examples-1.tfrecords", "examples-10.tfrecords"]
+    assert dirs == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{tmp}/nope.tfrecords"], "no such file or directory"),
+        (["{tmp}/*.nothing"], "no file matches"),
+        (["{tmp}/empty"], "holds no *.tfrecords files"),
+        (["{tmp}/a.tfrecords"], "no vocabulary: pass --vocab_file"),
+        (["{tmp}/a.tfrecords", "--vocab_file", "{tmp}/missing.txt"], "does not exist"),
+        (["{tmp}/a.tfrecords", "--vocab_file", "{vocab}", "-n", "-1"], "-n must be >= 0"),
+        (["{tmp}/a.tfrecords", "--stats", "--json", "{tmp}/no/dir/x.json"], "cannot be written"),
+    ],
+)
+def test_cli_errors_exit_2(tmp_path, vocab, capsys, argv, message):
+    (tmp_path / "empty").mkdir()
+    write_records(tmp_path / "a.tfrecords", [REC1])
+    argv = [a.format(tmp=tmp_path, vocab=vocab) for a in argv]
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("inspect_tfrecords: error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_manifest_vocab_missing(tmp_path, capsys):
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1]})
+    write_manifest(out, {"examples-1.tfrecords": 1}, vocab=tmp_path / "gone.txt")
+    code, _, err = run(capsys, out)
+    assert code == 2 and "gone.txt named in" in err
+    code, out_text, err = run(capsys, out, "--stats")  # stats still run, without vocab numbers
+    assert code == 0 and "warning" in err
+
+
+def test_plot_without_matplotlib(tmp_path, vocab, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    f = write_records(tmp_path / "a.tfrecords", [REC1])
+    code, _, err = run(capsys, f, "--plot", tmp_path / "p.png")
+    assert code == 2 and "pip install matplotlib" in err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot(tmp_path, vocab, capsys):
+    pytest.importorskip("matplotlib")
+    f = write_records(tmp_path / "a.tfrecords", [REC1, REC2])
+    png = tmp_path / "p.png"
+    code, _, err = run(capsys, f, "--vocab_file", vocab, "--plot", png)
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_malformed_example_is_a_bad_record(tmp_path, vocab, capsys):
+    f = tmp_path / "a.tfrecords"
+    f.write_bytes(encode([REC1]) + frame_records([b"\x0a\x05\x0a\x03abc"]) + encode([REC2]))
+    code, report, _, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 1
+    assert (report["instances"], report["valid_instances"], report["bad_records"]) == (3, 2, 1)
+    assert report["bad_reasons"][0].startswith(f"{f} record 1: malformed tf.train.Example")
+
+
+def test_warns_when_vocab_differs_from_manifest(tmp_path, vocab, capsys):
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1]})
+    write_manifest(out, {"examples-1.tfrecords": 1}, vocab=vocab, vocab_sha256="0" * 64)
+    code, text, err = run(capsys, out)
+    assert code == 0 and "sha256 differs" in err and "  A: [CLS] the [MASK]{cat} sat [SEP]" in text
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 0 and any("sha256 differs" in w for w in report["warnings"])

@@ -1,0 +1,467 @@
+"""Tests of bert_data.records: byte equality with TensorFlow, round trips, reader errors."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bert_data import records
+from bert_data.errors import RecordFormatError
+from bert_data.records import frame_records, iter_records, parse_example, serialize_examples
+from bert_data.schema import NSP_FEATURES, feature_lengths
+
+REPO = Path(__file__).resolve().parents[1]
+BERT_ORDER = sorted((f.name, f.dtype) for f in NSP_FEATURES)
+
+SPECIAL_INTS = [
+    0, 1, 127, 128, 255, 16383, 16384, 2**21 - 1, 2**21, 2**28, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
+    2**35, 2**40, 2**56, 2**63 - 1, -1, -2, -127, -128, -(2**31), -(2**40), -(2**63),
+]  # fmt: skip
+SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-30, -1e-30, 1e-45, 3.4e38, -3.4e38, float("inf"), float("-inf")]
+
+
+@pytest.fixture(scope="module")
+def tf():
+    tf = pytest.importorskip("tensorflow")
+    return tf
+
+
+def tf_example_bytes(tf, row: dict, order) -> bytes:
+    feature = {}
+    for name, dtype in order:
+        values = row[name]
+        if dtype == "int64":
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+        else:
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in values]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+
+
+def bert_batch(n: int, seed: int = 0, seq: int = 128, pred: int = 20) -> dict:
+    rng = np.random.default_rng(seed)
+    lengths = feature_lengths(seq, pred)
+    out = {}
+    for spec in NSP_FEATURES:
+        k = lengths[spec.name]
+        if spec.name in ("input_ids", "masked_lm_ids"):
+            a = rng.integers(0, 30522, (n, k))
+            a[:, k // 2 :] *= rng.integers(0, 2, (n, 1))  # half the rows padded with zeros
+        elif spec.name == "masked_lm_positions":
+            a = np.sort(rng.integers(0, seq, (n, k)), axis=1)
+        elif spec.dtype == "float32":
+            a = (rng.random((n, k)) < 0.8).astype(np.float32)
+        else:
+            a = rng.integers(0, 2, (n, k))
+        out[spec.name] = a
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# serialize_examples == TensorFlow deterministic bytes
+# ----------------------------------------------------------------------------------------
+
+int_values = st.one_of(st.sampled_from(SPECIAL_INTS), st.integers(0, 300), st.integers(-(2**63), 2**63 - 1))
+float_values = st.one_of(st.sampled_from(SPECIAL_FLOATS), st.floats(width=32, allow_nan=False))
+
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(0, 4))
+    # Prefix-free names: for a key that is a prefix of another (``"a"``, ``"ab"``) the upb
+    # protobuf backend's "deterministic" order is not the sorted order (it writes "ab" first,
+    # while C++ protobuf writes "a" first); the BERT feature names are prefix-free.
+    names = draw(
+        st.lists(st.text(max_size=140), min_size=1, max_size=4, unique_by=lambda s: s.encode("utf-8")).filter(
+            lambda ns: not any(a != b and b.startswith(a) for a in ns for b in ns)
+        )
+    )
+    order = [(name, draw(st.sampled_from(["int64", "float32"]))) for name in sorted(names)]
+    features = {}
+    for name, dtype in order:
+        k = draw(st.sampled_from([0, 1, 2, 3, 5, 17]))
+        if dtype == "int64":
+            vals = draw(st.lists(int_values, min_size=n * k, max_size=n * k))
+            features[name] = np.array(vals, dtype=np.int64).reshape(n, k)
+        else:
+            vals = draw(st.lists(float_values, min_size=n * k, max_size=n * k))
+            features[name] = np.array(vals, dtype=np.float32).reshape(n, k)
+    return features, order
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_serialize_matches_tensorflow(tf, batch):
+    features, order = batch
+    got = serialize_examples(features, order)
+    n = next(iter(features.values())).shape[0]
+    assert len(got) == n
+    for i in range(n):
+        row = {name: features[name][i] for name, _ in order}
+        assert got[i] == tf_example_bytes(tf, row, order)
+        parsed = parse_example(got[i])
+        assert list(parsed) == [name for name, _ in order]
+        for name, dtype in order:
+            assert parsed[name].dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(parsed[name], features[name][i])
+
+
+def test_serialize_large_lengths_and_input_dtypes(tf):
+    # Payloads > 16383 bytes need 3-byte length varints; long keys need 2-byte key lengths.
+    rng = np.random.default_rng(1)
+    n = 3
+    features = {
+        "a" * 200: rng.integers(-(2**63), 0, (n, 1700)),  # 10-byte varints: 17,000-byte payload
+        "b": rng.random((n, 5000)).astype(np.float64),  # float64 input is rounded to float32, like TF
+        "c": rng.integers(0, 2**31, (n, 3)).astype(np.uint32),
+        "d": np.array([[True, False]] * n),
+        "e": rng.integers(0, 100, (n, 4)).astype(np.int16),
+        "f": np.full((n, 2), 2**63 - 1, np.uint64),
+        "g": np.array([[np.nan, 1.0]] * n, np.float32),
+    }
+    order = [(k, "float32" if k in ("b", "g") else "int64") for k in sorted(features)]
+    got = serialize_examples(features, order)
+    for i in range(n):
+        row = {k: features[k][i].astype(np.float32) if k in ("b", "g") else features[k][i] for k in features}
+        assert got[i] == tf_example_bytes(tf, row, order)
+
+
+def test_serialize_bert_batch_matches_tensorflow(tf):
+    features = bert_batch(40, seed=3)
+    got = serialize_examples(features, BERT_ORDER)
+    for i in range(40):
+        assert got[i] == tf_example_bytes(tf, {k: v[i] for k, v in features.items()}, BERT_ORDER)
+
+
+def test_serialize_fixed_length_fast_path():
+    # Every value fits in one byte: all records have the same length and no compaction is needed.
+    features = {"x": np.arange(12).reshape(3, 4) % 100, "y": np.ones((3, 2), np.float32)}
+    got = serialize_examples(features, [("x", "int64"), ("y", "float32")])
+    assert len({len(r) for r in got}) == 1
+    for i, rec in enumerate(got):
+        parsed = parse_example(rec)
+        np.testing.assert_array_equal(parsed["x"], features["x"][i])
+        np.testing.assert_array_equal(parsed["y"], features["y"][i])
+
+
+def test_serialize_input_validation():
+    good = np.zeros((2, 3), np.int64)
+    with pytest.raises(ValueError, match="missing"):
+        serialize_examples({"a": good}, [("a", "int64"), ("b", "int64")])
+    with pytest.raises(ValueError, match="rows"):
+        serialize_examples({"a": good, "b": np.zeros((3, 3))}, [("a", "int64"), ("b", "int64")])
+    with pytest.raises(ValueError, match="2-D"):
+        serialize_examples({"a": np.zeros(3, np.int64)}, [("a", "int64")])
+    with pytest.raises(TypeError, match="integer"):
+        serialize_examples({"a": np.zeros((2, 3), np.float32)}, [("a", "int64")])
+    with pytest.raises(ValueError, match="dtype"):
+        serialize_examples({"a": good}, [("a", "string")])
+    with pytest.raises(ValueError, match="int64"):
+        serialize_examples({"a": np.full((1, 1), 2**63, np.uint64)}, [("a", "int64")])
+    with pytest.raises(ValueError, match="duplicate"):
+        serialize_examples({"a": good}, [("a", "int64"), ("a", "int64")])
+    assert serialize_examples({"a": np.zeros((0, 3), np.int64)}, [("a", "int64")]) == []
+
+
+def test_records_module_does_not_import_tensorflow_or_protobuf():
+    code = (
+        "import sys, numpy as np, bert_data.records as r;"
+        "r.frame_records(r.serialize_examples({'a': np.ones((2, 2), np.int64)}, [('a', 'int64')]));"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith('google.protobuf')];"
+        "assert not bad, bad"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(REPO))
+
+
+# ----------------------------------------------------------------------------------------
+# frame_records / crc32c
+# ----------------------------------------------------------------------------------------
+
+
+def test_masked_crc_known_values():
+    assert records.crc32c(b"") == 0
+    assert records.crc32c(b"123456789") == 0xE3069283  # the CRC32C check value
+    assert records._crc32c_pure(b"123456789") == 0xE3069283
+    rng = np.random.default_rng(0)
+    for size in (0, 1, 7, 100, 1000):
+        data = rng.bytes(size)
+        assert records._crc32c_pure(data) == records.crc32c(data)
+    crc = records.crc32c(b"abc")
+    assert records.masked_crc32c(b"abc") == ((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
+def test_pure_python_crc_fallback_when_google_crc32c_missing():
+    code = (
+        "import sys; sys.modules['google_crc32c'] = None\n"
+        "import bert_data.records as r\n"
+        "assert r.CRC32C_IMPLEMENTATION == 'pure-python', r.CRC32C_IMPLEMENTATION\n"
+        "data = r.frame_records([b'abc', b''])\n"
+        "assert list(r.iter_records(__import__('io').BytesIO(data))) == [b'abc', b'']\n"
+        "print(data.hex())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(REPO), capture_output=True)
+    assert bytes.fromhex(out.stdout.decode().strip()) == frame_records([b"abc", b""])
+
+
+def test_frame_records_matches_tfrecordwriter(tf, tmp_path):
+    rng = np.random.default_rng(2)
+    payloads = [b"", b"x", rng.bytes(127), rng.bytes(70_000)] + serialize_examples(bert_batch(20), BERT_ORDER)
+    path = tmp_path / "tf.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for p in payloads:
+            w.write(p)
+    assert path.read_bytes() == frame_records(payloads)
+    assert frame_records(iter(payloads)) == frame_records(payloads)  # any iterable
+    assert frame_records([]) == b""
+
+
+# ----------------------------------------------------------------------------------------
+# Round trips through TensorFlow's reader and parser
+# ----------------------------------------------------------------------------------------
+
+
+def read_with_tf(tf, path, compression_type=""):
+    from bert_data.schema import tf_feature_spec
+
+    spec = tf_feature_spec(128, 20)
+    ds = tf.data.TFRecordDataset([str(path)], compression_type=compression_type)
+    return [{k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()} for r in ds]
+
+
+def assert_same_batch(parsed_rows, features):
+    n = next(iter(features.values())).shape[0]
+    assert len(parsed_rows) == n
+    for i, row in enumerate(parsed_rows):
+        assert set(row) == set(features)
+        for name, values in features.items():
+            np.testing.assert_array_equal(row[name], values[i])
+
+
+def test_round_trip_through_tensorflow(tf, tmp_path):
+    features = bert_batch(50, seed=7)
+    path = tmp_path / "plain.tfrecord"
+    path.write_bytes(frame_records(serialize_examples(features, BERT_ORDER)))
+    parsed = read_with_tf(tf, path)
+    assert_same_batch(parsed, features)
+    assert parsed[0]["input_ids"].dtype == np.int64 and parsed[0]["masked_lm_weights"].dtype == np.float32
+
+
+def test_gzip_round_trip_through_tensorflow(tf, tmp_path):
+    features = bert_batch(30, seed=8)
+    path = tmp_path / "z.tfrecord.gz"
+    path.write_bytes(gzip.compress(frame_records(serialize_examples(features, BERT_ORDER))))
+    assert_same_batch(read_with_tf(tf, path, "GZIP"), features)
+
+
+def test_tensorflow_reads_multi_member_gzip(tf, tmp_path):
+    # Two separately gzipped chunks, concatenated: TF's ZlibInputStream must read both members.
+    features = bert_batch(30, seed=9)
+    recs = serialize_examples(features, BERT_ORDER)
+    path = tmp_path / "multi.tfrecord.gz"
+    path.write_bytes(gzip.compress(frame_records(recs[:13])) + gzip.compress(frame_records(recs[13:])))
+    assert_same_batch(read_with_tf(tf, path, "GZIP"), features)
+    assert list(iter_records(path)) == recs  # and so does iter_records (Python's gzip module)
+
+
+# ----------------------------------------------------------------------------------------
+# iter_records
+# ----------------------------------------------------------------------------------------
+
+
+class ReadOnlyStream:
+    """A non-seekable file object with only read()."""
+
+    def __init__(self, data: bytes, chunk: int = 5):
+        self._data, self._pos, self._chunk = data, 0, chunk
+
+    def read(self, size: int = -1) -> bytes:
+        size = self._chunk if size < 0 else min(size, self._chunk)  # short reads on purpose
+        out = self._data[self._pos : self._pos + size]
+        self._pos += len(out)
+        return out
+
+
+PAYLOADS = [b"first", b"", b"x" * 300, bytes(range(256))]
+
+
+def test_iter_records_round_trip(tmp_path):
+    data = frame_records(PAYLOADS)
+    path = tmp_path / "r.tfrecord"
+    path.write_bytes(data)
+    assert list(iter_records(path)) == PAYLOADS
+    assert list(iter_records(str(path))) == PAYLOADS
+    with open(path, "rb") as f:
+        assert list(iter_records(f)) == PAYLOADS
+        assert not f.closed  # a caller's file object is left open
+    assert list(iter_records(io.BytesIO(data))) == PAYLOADS
+    assert list(iter_records(ReadOnlyStream(data))) == PAYLOADS
+    assert list(iter_records(io.BytesIO(b""))) == []
+
+
+def test_iter_records_gzip_detection(tmp_path):
+    data = frame_records(PAYLOADS)
+    path = tmp_path / "r.any-name"
+    path.write_bytes(gzip.compress(data))
+    assert list(iter_records(path)) == PAYLOADS
+    assert list(iter_records(ReadOnlyStream(gzip.compress(data)))) == PAYLOADS
+    assert list(iter_records(io.BytesIO(gzip.compress(b"")))) == []
+
+
+def test_iter_records_plain_file_starting_with_gzip_magic():
+    # A record of length 0x8b1f makes a plain file start with 1f 8b; its valid length CRC tells it apart.
+    payload = b"z" * 0x8B1F
+    data = frame_records([payload, b"tail"])
+    assert data[:2] == b"\x1f\x8b"
+    assert list(iter_records(io.BytesIO(data))) == [payload, b"tail"]
+
+
+def test_iter_records_truncated_raises_with_offset(tmp_path):
+    data = frame_records(PAYLOADS)
+    boundaries = {0}
+    pos = 0
+    for p in PAYLOADS:
+        pos += 16 + len(p)
+        boundaries.add(pos)
+    for cut in range(len(data)):
+        path = tmp_path / "t.tfrecord"
+        path.write_bytes(data[:cut])
+        if cut in boundaries:
+            assert len(list(iter_records(path))) == sorted(boundaries).index(cut)
+            continue
+        frame_start = max(b for b in boundaries if b < cut)
+        with pytest.raises(RecordFormatError, match=r"truncated") as info:
+            list(iter_records(path))
+        assert str(path) in str(info.value)
+        assert f"byte offset {frame_start}" in str(info.value)
+
+
+def test_iter_records_detects_every_corrupted_byte():
+    data = frame_records(PAYLOADS)
+    for i in range(len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 0x40
+        with pytest.raises(RecordFormatError, match="CRC|truncated"):
+            list(iter_records(io.BytesIO(bytes(bad))))
+
+
+def test_iter_records_corruption_message_and_verify_false():
+    data = frame_records(PAYLOADS)
+    second = 16 + len(PAYLOADS[0])
+    bad = bytearray(data)
+    bad[second + 12] ^= 1  # the second payload is empty: this is its data CRC
+    with pytest.raises(RecordFormatError, match=rf"bad data CRC .* byte offset {second}\b"):
+        list(iter_records(io.BytesIO(bytes(bad))))
+    bad = bytearray(data)
+    bad[12] ^= 1  # first byte of the first payload
+    with pytest.raises(RecordFormatError, match=r"bad data CRC .* byte offset 0\b"):
+        list(iter_records(io.BytesIO(bytes(bad))))
+    assert list(iter_records(io.BytesIO(bytes(bad)), verify=False))[0] == b"girst"
+    bad = bytearray(data)
+    bad[second] ^= 1  # the second frame's length
+    with pytest.raises(RecordFormatError, match=rf"bad length CRC .* byte offset {second}\b"):
+        list(iter_records(io.BytesIO(bytes(bad))))
+
+
+def test_iter_records_truncated_gzip(tmp_path):
+    z = gzip.compress(frame_records(PAYLOADS * 20))
+    path = tmp_path / "t.gz"
+    path.write_bytes(z[: len(z) // 2])
+    with pytest.raises(RecordFormatError, match=str(path).replace("\\", "\\\\")):
+        list(iter_records(path))
+    path.write_bytes(z[:-3])  # trailer cut: gzip reports the end of stream
+    with pytest.raises(RecordFormatError):
+        list(iter_records(path))
+
+
+def test_iter_records_missing_file(tmp_path):
+    with pytest.raises(RecordFormatError, match="cannot open"):
+        list(iter_records(tmp_path / "nope.tfrecord"))
+
+
+# ----------------------------------------------------------------------------------------
+# parse_example
+# ----------------------------------------------------------------------------------------
+
+
+def _varint(v: int) -> bytes:
+    return records._varint_bytes(v)
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def test_parse_example_round_trip():
+    features = bert_batch(25, seed=11)
+    for i, rec in enumerate(serialize_examples(features, BERT_ORDER)):
+        parsed = parse_example(rec)
+        for name, values in features.items():
+            np.testing.assert_array_equal(parsed[name], values[i])
+
+
+def test_parse_example_unpacked_and_bytes_list(tf):
+    # Unpacked repeated fields, as an old writer could emit them.
+    ints = [0, 300, -5, 2**40]
+    int64_list = b"".join(_varint(1 << 3 | 0) + _varint(v) for v in ints)
+    float_list = b"".join(_varint(1 << 3 | 5) + struct.pack("<f", v) for v in (1.5, -0.0))
+    bytes_list = _ld(1, b"ab") + _ld(1, b"") + _ld(1, b"\xff")
+    entries = [
+        _ld(1, _ld(1, b"b") + _ld(2, _ld(1, bytes_list))),
+        _ld(1, _ld(1, b"f") + _ld(2, _ld(2, float_list))),
+        _ld(1, _ld(1, b"i") + _ld(2, _ld(3, int64_list))),
+        _ld(1, _ld(1, b"none") + _ld(2, b"")),
+    ]
+    data = _ld(1, b"".join(entries))
+    parsed = parse_example(data)
+    assert parsed["b"] == [b"ab", b"", b"\xff"]
+    np.testing.assert_array_equal(parsed["i"], np.array(ints, np.int64))
+    np.testing.assert_array_equal(parsed["f"], np.array([1.5, -0.0], np.float32))
+    assert np.signbit(parsed["f"][1])
+    assert parsed["none"] == []
+    # TF parses our hand-made unpacked bytes the same way.
+    ex = tf.train.Example.FromString(data)
+    assert list(ex.features.feature["i"].int64_list.value) == ints
+    assert list(ex.features.feature["b"].bytes_list.value) == [b"ab", b"", b"\xff"]
+
+
+def test_parse_example_of_tensorflow_bytes_list(tf):
+    ex = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "s": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"hello", b"\x00\x01"])),
+                "n": tf.train.Feature(int64_list=tf.train.Int64List(value=[-1, 2**63 - 1, 7])),
+                "e": tf.train.Feature(int64_list=tf.train.Int64List(value=[])),
+            }
+        )
+    )
+    parsed = parse_example(ex.SerializeToString(deterministic=True))
+    assert parsed["s"] == [b"hello", b"\x00\x01"]
+    np.testing.assert_array_equal(parsed["n"], [-1, 2**63 - 1, 7])
+    assert parsed["e"].dtype == np.int64 and parsed["e"].size == 0
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x0a\x05\x0a",  # length overruns the message
+        b"\x0a",  # truncated varint
+        b"\x0a\x04\x0a\x02\x0a\xff",  # nested truncated varint
+        b"\x0b",  # wire type 3 (groups) unsupported
+        b"\x0a\x07\x0a\x05\x12\x03\x12\x01\x0a",  # float list length overruns
+        _ld(1, _ld(1, _ld(2, _ld(2, _ld(1, b"\x00\x00\x80")))))[:],  # packed floats not a multiple of 4
+    ],
+)
+def test_parse_example_malformed(data):
+    with pytest.raises(RecordFormatError, match="malformed"):
+        parse_example(data)

@@ -1,0 +1,146 @@
+"""Tests of ``build_vocab`` (bert_data.vocab_builder)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bert_data import vocab_builder
+from bert_data.cli import main as create_main
+from bert_data.inspect import main as inspect_main
+from bert_data.tokenization import FullTokenizer, case_mismatch_warning, load_vocab
+
+from conftest import base_args
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "bert_data" / "sample_data"
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def build(capsys, metadata: Path, output: Path, *extra: str, size: int = 300) -> tuple:
+    code = vocab_builder.main(
+        ["--metadata_files", str(metadata), "--input_files_prefix", str(metadata.parent), "--output", str(output),
+         "--vocab_size", str(size), *extra]
+    )
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_layout_and_load_vocab(tmp_path, tiny_corpus, capsys):
+    out = tmp_path / "vocab.txt"
+    code, stdout, err = build(capsys, tiny_corpus, out)
+    assert code == 0, err
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == ""  # newline-terminated
+    tokens = lines[:-1]
+    assert tokens[:5] == SPECIALS
+    assert len(tokens) == len(set(tokens)) and all(t and t == t.strip() for t in tokens)
+    assert 5 < len(tokens) <= 300
+    vocab = load_vocab(str(out))
+    assert [vocab[t] for t in SPECIALS] == [0, 1, 2, 3, 4]
+    # alphabet right after the specials, then its ## forms; no uppercase (uncased by default)
+    assert "a" in vocab and "##a" in vocab and vocab["a"] < vocab["##a"]
+    assert not any(c.isupper() for t in tokens[5:] for c in t)
+    assert case_mismatch_warning(vocab, True) is None
+    assert f"wrote {out}: {len(tokens)} tokens" in stdout
+
+
+def test_deterministic_across_runs_and_processes(tmp_path, tiny_corpus, capsys):
+    a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    assert build(capsys, tiny_corpus, a, size=250)[0] == 0
+    assert build(capsys, tiny_corpus, b, size=250)[0] == 0
+    env = dict(os.environ, PYTHONHASHSEED="12345", RAYON_NUM_THREADS="1")
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "build_vocab.py"), "--metadata_files", str(tiny_corpus),
+         "--input_files_prefix", str(tiny_corpus.parent), "--output", str(c), "--vocab_size", "250"],
+        check=True, env=env, capture_output=True,
+    )
+    assert a.read_bytes() == b.read_bytes() == c.read_bytes()
+
+
+def test_sample_vocab_is_reproducible(tmp_path, capsys):
+    """vocab/sample_vocab_uncased.txt is exactly what the command in vocab/README.md makes."""
+    shipped = REPO / "vocab" / "sample_vocab_uncased.txt"
+    out = tmp_path / "sample.txt"
+    code = vocab_builder.main(
+        ["--metadata_files", str(SAMPLE / "metadata.txt"), "--input_files_prefix", str(SAMPLE),
+         "--output", str(out), "--vocab_size", "2000", "--do_lower_case"]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert out.read_bytes() == shipped.read_bytes()
+    assert len(load_vocab(str(shipped))) == 2000
+    assert "sample_vocab_uncased.txt" in (REPO / "vocab" / "README.md").read_text(encoding="utf-8")
+
+
+def test_built_vocab_drives_create_tfrecords(tmp_path, tiny_corpus, capsys):
+    vocab = tmp_path / "vocab.txt"
+    assert build(capsys, tiny_corpus, vocab)[0] == 0
+    tok = FullTokenizer(str(vocab), do_lower_case=True)
+    assert "[UNK]" not in tok.tokenize("The cat sat on the mat.")
+    out = tmp_path / "tf"
+    assert create_main(base_args(tiny_corpus, vocab, out)) == 0
+    capsys.readouterr()
+    assert inspect_main([str(out), "--stats"]) == 0
+    assert "[UNK] rate: 0.00%" in capsys.readouterr().out
+
+
+def test_cased_vocab(tmp_path, tiny_corpus, capsys):
+    out = tmp_path / "cased.txt"
+    code, stdout, _ = build(capsys, tiny_corpus, out, "--no-do_lower_case")
+    assert code == 0
+    vocab = load_vocab(str(out))
+    assert any(t[:1].isupper() for t in vocab if not t.startswith("["))
+    assert case_mismatch_warning(vocab, False) is None
+    assert "--no-do_lower_case" in stdout
+
+
+def test_limit_alphabet(tmp_path, tiny_corpus, capsys):
+    out = tmp_path / "v.txt"
+    assert build(capsys, tiny_corpus, out, "--limit_alphabet", "10")[0] == 0
+    tokens = out.read_text(encoding="utf-8").split()
+    singles = [t for t in tokens[5:] if len(t) == 1]
+    assert len(singles) == 10
+    allowed = set(singles)
+    for t in tokens[5:]:
+        assert set(t.removeprefix("##")) <= allowed, t
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--vocab_size", "5"], "--vocab_size must be larger than the 5 special tokens"),
+        (["--vocab_size", "20"], "is smaller than the 5 special tokens + "),
+        (["--min_frequency", "0"], "--min_frequency must be >= 1"),
+        (["--limit_alphabet", "0"], "--limit_alphabet must be >= 1"),
+    ],
+)
+def test_bad_flags_exit_2(tmp_path, tiny_corpus, capsys, extra, message):
+    out = tmp_path / "v.txt"
+    code = vocab_builder.main(
+        ["--metadata_files", str(tiny_corpus), "--input_files_prefix", str(tiny_corpus.parent),
+         "--output", str(out), "--vocab_size", "300", *extra]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("build_vocab: error: ") and message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_io_errors_exit_2(tmp_path, tiny_corpus, capsys):
+    code, _, err = build(capsys, tmp_path / "missing.txt", tmp_path / "v.txt")
+    assert code == 2 and "does not exist" in err
+    code, _, err = build(capsys, tiny_corpus, tmp_path / "no" / "dir" / "v.txt")
+    assert code == 2 and "directory does not exist" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("\n \n", encoding="utf-8")
+    (empty / "metadata.txt").write_text("blank.txt\n", encoding="utf-8")
+    code, _, err = build(capsys, empty / "metadata.txt", tmp_path / "v.txt")
+    assert code == 2 and "hold no text" in err
+    with pytest.raises(SystemExit) as exc:
+        vocab_builder.main(["--metadata_files", str(tiny_corpus)])  # --output/--vocab_size missing
+    assert exc.value.code == 2
