@@ -13,8 +13,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from .config import COMPRESSIONS, Config, build_config
+from .config import COMPRESSIONS, INPUT_FORMATS, Config, build_config
 from .errors import BertDataError
+from .progress import RunProgress
 
 PROG = "create_tfrecords"
 
@@ -64,16 +65,50 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(out, "name", f"shard file prefix: NAME-1.tfrecords ... (default {d.name})")
     _flag(out, "compression", f"shard compression (default {d.compression})", choices=COMPRESSIONS)
     _bool_flag(out, "overwrite", "replace a previous run's output in --output_dir")
+    _flag(out, "validation_fraction", "split documents (by a seeded hash of their metadata entry) into "
+          "OUTPUT_DIR/train and OUTPUT_DIR/validation before any instance is made", type=float)
+    _flag(out, "validation_metadata_files", "metadata file(s) of the validation documents: writes "
+          "OUTPUT_DIR/train and OUTPUT_DIR/validation (listed documents are kept out of train)", nargs="+")
+    _bool_flag(out, "resume", "continue an interrupted run in --output_dir (same settings); output is byte-identical")
 
     run = parser.add_argument_group("execution")
     _flag(run, "num_workers", "worker processes (default: usable cores)", type=int)
     _flag(run, "log_level", "logging level (DEBUG, INFO, WARNING, ERROR; default INFO)")
     parser.set_defaults(log_level=None)
+    _add_input_format_flags(parser)
+    _add_objective_flags(parser)
+    _add_runner_flags(parser)
     return parser
 
 
+def _add_input_format_flags(parser: argparse.ArgumentParser) -> None:
+    d = Config()
+    fmt = parser.add_argument_group("input formats")
+    _flag(
+        fmt,
+        "input_format",
+        f"'text': each file is a document; 'jsonl': each JSON line is one (default {d.input_format}); "
+        "files may be .gz/.bz2/.xz compressed (.zst with the zstandard module)",
+        choices=INPUT_FORMATS,
+    )
+    _flag(fmt, "text_key", f"jsonl: key holding a document's text (default {d.text_key!r})")
+    parser.add_argument(
+        "--quiet", action="store_true", default=None, help="no progress bar; log level WARNING unless --log_level is given"
+    )
+
+
+def _resolve_log_level(name: Optional[str], quiet: bool) -> Optional[int]:
+    """--log_level as a number (names case-insensitive, or an integer); None when unknown."""
+    if name is None:
+        return logging.WARNING if quiet else logging.INFO
+    if name.strip().isdigit():
+        return int(name)
+    level = logging.getLevelName(name.strip().upper())
+    return level if isinstance(level, int) else None
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    overrides: Dict[str, Any] = {k: v for k, v in vars(args).items() if k not in ("config", "log_level")}
+    overrides: Dict[str, Any] = {k: v for k, v in vars(args).items() if k not in ("config", "log_level", "quiet")}
     return build_config(overrides, config_file=args.config)
 
 
@@ -84,34 +119,117 @@ def _fail(message: str, code: int = 2) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
+    argv, pipeline_args = _split_pipeline_args(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=(args.log_level or "INFO").upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
+    level = _resolve_log_level(args.log_level, bool(args.quiet))
+    if level is None:
+        return _fail(f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("bert_data").setLevel(level)  # even when logging was configured before main()
+    import signal
+
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError, not a kill
     try:
         config = config_from_args(args)
-        from .pipeline import run
+        from .pipeline import run_job
 
         started = time.perf_counter()
-        manifest = run(config)
+        if pipeline_args and config.runner != "beam":
+            return _fail("pipeline options after '--' are for --runner beam")
+        if config.runner == "beam":
+            from .beam_runner import run_beam
+
+            manifests = {"": run_beam(config, pipeline_args)}
+        else:
+            with RunProgress(config.split_num, stream=sys.stderr, quiet=bool(args.quiet)) as progress:
+                manifests = run_job(config, on_group=progress.update, on_start=progress.start)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
         return _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
         return 130
-    skipped = manifest["documents"]["skipped"]
-    print(
-        f"wrote {manifest['n_examples']} instances from {manifest['n_docs']} documents "
-        f"({manifest['documents']['read']} read, {sum(skipped.values())} skipped"
-        + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
-        + f") into {config.num_output_files} shards in {config.output_dir} in {elapsed:.1f}s"
-    )
+    for split, manifest in manifests.items():
+        skipped = manifest["documents"]["skipped"]
+        print(
+            (f"{split}: " if split else "")
+            + f"wrote {manifest['n_examples']} instances from {manifest['n_docs']} documents "
+            f"({manifest['documents']['read']} read, {sum(skipped.values())} skipped"
+            + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
+            + f") into {config.num_output_files} shards in {manifest['output_dir']} in {elapsed:.1f}s"
+        )
     return 0
+
+
+def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
+    d = Config()
+    runner = parser.add_argument_group(
+        "runner", "create_tfrecords --runner beam [flags] -- [Beam pipeline options, e.g. --runner DataflowRunner ...]"
+    )
+    _flag(
+        runner,
+        "runner",
+        f"'local': worker processes on this machine; 'beam': an Apache Beam pipeline, options after '--' "
+        f"(see docs/beam.md) (default {d.runner})",
+        choices=("local", "beam"),
+    )
+
+
+def _split_pipeline_args(argv: Optional[Sequence[str]]):
+    """(our flags, Beam pipeline options): everything after the first bare '--' goes to Beam."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" in args:
+        cut = args.index("--")
+        return args[:cut], args[cut + 1:]
+    return args, []
 
 
 def entry_point() -> None:
     sys.exit(main())
+
+
+def _token_count(text: str) -> int:
+    """An integer that may be written like 1e6 (as the Model Zoo's --buffer_size default)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}")
+    return int(value)
+
+
+def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
+    d = Config()
+    obj = parser.add_argument_group("training objective (MLM-only / SOP)")
+    _bool_flag(obj, "mlm_only", "masked-LM only: windows of [CLS] ... [SEP] over the token stream, no segment_ids / NSP label")
+    _bool_flag(
+        obj,
+        "sentence_order_prediction",
+        "ALBERT sentence-order prediction: B is A's true continuation, swapped with probability 0.5 "
+        "(next_sentence_labels 1 = swapped)",
+    )
+    _bool_flag(obj, "disable_masking", "with --mlm_only: store unmasked input_ids/input_mask; mask dynamically in the reader")
+    _bool_flag(
+        obj,
+        "allow_cross_document_examples",
+        f"with --mlm_only: windows may span documents of a group, split by --document_separator_token "
+        f"(default {d.allow_cross_document_examples})",
+    )
+    _flag(obj, "document_separator_token", f"with --mlm_only: token between documents (default {d.document_separator_token})")
+    _flag(obj, "overlap_size", f"with --mlm_only: tokens shared by consecutive windows (default {d.overlap_size})", type=int)
+    _flag(
+        obj,
+        "buffer_size",
+        f"with --mlm_only: window tokens assembled and masked at once; bounds that memory (default {d.buffer_size})",
+        type=_token_count,
+    )
+
+
+def mlm_only_entry_point() -> None:
+    """``create_tfrecords_mlm_only``: ``create_tfrecords --mlm_only ...``."""
+    sys.exit(main(["--mlm_only", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

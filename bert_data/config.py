@@ -46,8 +46,26 @@ class Config:
     name: str = "examples"
     compression: str = "none"
     overwrite: bool = False
+    resume: bool = False
+    # --- train/validation split (documents are split before any instance is made) -----------
+    validation_fraction: float = 0.0
+    validation_metadata_files: Tuple[str, ...] = ()
+    split_role: str = ""  # set internally: "train" or "validation" for each half of a split run
     # --- execution ----------------------------------------------------------------------
     num_workers: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    # --- input formats ---
+    input_format: str = "text"  # "text": a file is a document; "jsonl": one JSON object per line is one
+    text_key: str = "text"  # jsonl: the key holding a document's text
+    # --- training objective (MLM-only / SOP) ---
+    mlm_only: bool = False  # windows of [CLS] ... [SEP], masked-LM features only (no segment_ids / NSP label)
+    sentence_order_prediction: bool = False  # ALBERT SOP: next_sentence_labels 1 = A and B swapped
+    disable_masking: bool = False  # --mlm_only: store unmasked ids (input_ids, input_mask); mask in the reader
+    allow_cross_document_examples: bool = True  # --mlm_only: windows may span documents (never groups)
+    document_separator_token: str = "[SEP]"  # --mlm_only: vocabulary token put between documents
+    overlap_size: int = 0  # --mlm_only: tokens shared by consecutive windows
+    buffer_size: int = 1_000_000  # --mlm_only: tokens of windows assembled and masked at once (memory bound)
+    # --- runner ---
+    runner: str = "local"  # "local": process pool on this machine; "beam": an Apache Beam pipeline (docs/beam.md)
 
     def to_json(self) -> Dict[str, Any]:
         """Every setting, JSON-able (tuples become lists)."""
@@ -63,10 +81,18 @@ class Config:
 
 FIELD_NAMES = tuple(f.name for f in fields(Config))
 
+# Settings that do not change a single output byte: a resumed run may differ in these.
+NON_OUTPUT_SETTINGS = frozenset({"num_workers", "overwrite", "resume", "output_dir", "runner", "beam_options"})
+
+
+def output_settings(config: "Config") -> Dict[str, Any]:
+    """The settings that determine the output bytes (recorded for --resume checks)."""
+    return {k: v for k, v in config.to_json().items() if k not in NON_OUTPUT_SETTINGS}
+
 
 def _coerce(name: str, value: Any) -> Any:
     """Normalise a value from YAML or flags to the dataclass field's type."""
-    if name == "metadata_files":
+    if name in ("metadata_files", "validation_metadata_files"):
         if isinstance(value, str):
             return (value,)
         if not isinstance(value, (list, tuple)):
@@ -74,7 +100,7 @@ def _coerce(name: str, value: Any) -> Any:
         return tuple(str(v) for v in value)
     if name == "multiple_docs_separator" and isinstance(value, str):
         # Shell users write '\n' literally; honour the usual escapes.
-        return value.encode("utf-8").decode("unicode_escape") if "\\" in value else value
+        return value.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in value else value
     return value
 
 
@@ -161,8 +187,122 @@ def validate(config: Config) -> None:
         raise ConfigError(f"--name {config.name!r} must be a plain file-name prefix (no slashes)")
     if config.multiple_docs_in_single_file and config.multiple_docs_separator == "":
         raise ConfigError("--multiple_docs_separator must not be empty with --multiple_docs_in_single_file")
+    if not 0.0 <= config.validation_fraction < 1.0:
+        raise ConfigError(f"--validation_fraction {config.validation_fraction} must be in (0, 1) (0 = no split)")
+    if config.validation_fraction and config.validation_metadata_files:
+        raise ConfigError(
+            "--validation_fraction and --validation_metadata_files contradict each other: split the given "
+            "documents by fraction, or name the validation documents, not both"
+        )
+    if config.split_role not in ("", "train", "validation"):
+        raise ConfigError(f"split_role must be train or validation, got {config.split_role!r}")
+    if config.resume and config.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other: continue the interrupted run or start over")
     if config.single_sentence_per_line and config.spacy_model:
         raise ConfigError(
             "--single_sentence_per_line and --spacy_model contradict each other: lines are sentences, so no "
             "spaCy model is used; drop one of them"
+        )
+    _validate_inputs(config)
+    _validate_objective(config)
+    _validate_runner(config)
+
+
+INPUT_FORMATS = ("text", "jsonl")  # same as bert_data.documents.INPUT_FORMATS
+
+
+def _validate_inputs(config: Config) -> None:
+    """--input_format / --text_key rules."""
+    if config.input_format not in INPUT_FORMATS:
+        raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {config.input_format!r}")
+    if not isinstance(config.text_key, str) or not config.text_key:
+        raise ConfigError(f"--text_key must be a non-empty JSON key, got {config.text_key!r}")
+    if config.input_format == "jsonl" and config.multiple_docs_in_single_file:
+        raise ConfigError(
+            "--multiple_docs_in_single_file does not apply to --input_format jsonl: every JSON line is already "
+            "one document; drop --multiple_docs_in_single_file"
+        )
+
+
+_MLM_ONLY_SETTINGS = ("allow_cross_document_examples", "document_separator_token", "overlap_size", "buffer_size")
+
+
+def _vocab_tokens(path: Optional[str]) -> Optional[set]:
+    """The vocabulary's tokens, or None when it cannot be read here (the run reports that)."""
+    try:
+        with open(path, encoding="utf-8") as handle:  # type: ignore[arg-type]
+            return {line.rstrip("\r\n") for line in handle}
+    except (OSError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def _validate_objective(config: Config) -> None:
+    """--mlm_only / --sentence_order_prediction / --disable_masking and the MLM-only window flags."""
+    if config.mlm_only and config.sentence_order_prediction:
+        raise ConfigError(
+            "--sentence_order_prediction and --mlm_only contradict each other: MLM-only records have no sentence "
+            "pair to order; drop one of them"
+        )
+    if config.disable_masking and not config.mlm_only:
+        raise ConfigError(
+            "--disable_masking needs --mlm_only: only MLM-only records can be stored unmasked (mask them in the "
+            "reader with bert_data.input.pretraining_dataset(..., dynamic_masking=True))"
+        )
+    if config.disable_masking and config.mask_whole_word:
+        raise ConfigError(
+            "--mask_whole_word has no effect with --disable_masking (nothing is masked when writing): drop it and "
+            "pass mask_whole_word=True to bert_data.input.pretraining_dataset(..., dynamic_masking=True) instead"
+        )
+    defaults = Config.__dataclass_fields__
+    if not config.mlm_only:
+        for name in _MLM_ONLY_SETTINGS:
+            if getattr(config, name) != defaults[name].default:
+                raise ConfigError(f"--{name} only applies with --mlm_only (create_tfrecords_mlm_only); drop it")
+        return
+    if not 0 <= config.overlap_size < config.max_seq_length - 2:
+        raise ConfigError(
+            f"--overlap_size {config.overlap_size} must be at least 0 and smaller than --max_seq_length - 2 "
+            f"({config.max_seq_length - 2}), the tokens a window holds"
+        )
+    if config.buffer_size < config.max_seq_length:
+        raise ConfigError(
+            f"--buffer_size {config.buffer_size} must be at least --max_seq_length {config.max_seq_length}: it is "
+            "the number of window tokens assembled and masked at once"
+        )
+    token = config.document_separator_token
+    if not isinstance(token, str) or not token or token != token.strip() or any(c.isspace() for c in token):
+        raise ConfigError(f"--document_separator_token must be one vocabulary token without spaces, got {token!r}")
+    if config.allow_cross_document_examples:
+        if token in ("[MASK]", "[PAD]", "[CLS]"):
+            raise ConfigError(
+                f"--document_separator_token {token} would be confused with the model's own {token}; use [SEP] or "
+                "an unused vocabulary token such as [unused0]"
+            )
+        tokens = _vocab_tokens(config.vocab_file)
+        if tokens is not None and token not in tokens:
+            raise ConfigError(
+                f"--document_separator_token {token!r} is not in --vocab_file {config.vocab_file}; use [SEP] or a "
+                "token of that vocabulary"
+            )
+    if config.disable_masking and config.dupe_factor > 1 and config.short_seq_prob == 0:
+        import logging
+
+        logging.getLogger("bert_data").warning(
+            "--disable_masking with --dupe_factor %d writes the same unmasked windows %d times (masks are drawn "
+            "in the reader); --dupe_factor 1 is usually what you want",
+            config.dupe_factor,
+            config.dupe_factor,
+        )
+
+
+RUNNERS = ("local", "beam")
+
+
+def _validate_runner(config: Config) -> None:
+    """--runner rules (the Beam runner itself lives in bert_data.beam_runner)."""
+    if config.runner not in RUNNERS:
+        raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {config.runner!r}")
+    if config.runner == "beam" and getattr(config, "resume", False):
+        raise ConfigError(
+            "--resume is for the local runner; with --runner beam re-run the job (its output is deterministic)"
         )

@@ -38,6 +38,7 @@ class InstanceParams:
     cls_id: int
     sep_id: int
     mask_id: int
+    sentence_order_prediction: bool = False  # ALBERT SOP pairs instead of NSP (see plan_pairs)
 
     @property
     def max_num_tokens(self) -> int:
@@ -111,16 +112,70 @@ def truncate_pair(a_lo: int, a_hi: int, b_lo: int, b_hi: int, max_num_tokens: in
             b_hi -= from_b - front
 
 
-def plan_pairs(group: TokenizedGroup, params: InstanceParams, rng: random.Random) -> PairPlan:
-    """One dupe pass over every document of the group: choose A/B segments and NSP labels."""
+def plan_pairs(
+    group: TokenizedGroup, params: InstanceParams, rng: random.Random, sentence_order_prediction: Optional[bool] = None
+) -> PairPlan:
+    """One dupe pass over every document of the group: choose A/B segments and NSP labels.
+
+    With ``sentence_order_prediction`` (default: ``params.sentence_order_prediction``) the
+    labels are ALBERT's sentence-order labels instead (see :func:`_plan_document_sop`).
+    """
     off = group.sent_offsets.tolist()
     doc_starts = group.doc_starts
     n_docs = group.n_docs
     max_num_tokens = params.max_num_tokens
     plan = PairPlan([], [], [], [], [])
+    if sentence_order_prediction is None:
+        sentence_order_prediction = params.sentence_order_prediction
+    plan_document = _plan_document_sop if sentence_order_prediction else _plan_document
     for d in range(n_docs):
-        _plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan)
+        plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan)
     return plan
+
+
+def _plan_document_sop(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan) -> None:
+    """ALBERT ``create_instances_from_document`` with ``random_next_sentence=False``.
+
+    Same chunking as NSP (target length with ``short_seq_prob``, chunks of whole sentences);
+    A is the chunk's first ``a_end`` sentences (``a_end`` uniform in [1, n - 1]) and B the rest,
+    B being A's true continuation. With probability 0.5 they are swapped and the label
+    (``is_random_next``, written as ``next_sentence_labels``) is 1; otherwise it is 0. Then the
+    pair is truncated like NSP pairs. Random draws in ALBERT's order: ``a_end``, the swap coin,
+    the truncation.
+
+    One deliberate difference: for a chunk of a single sentence ALBERT takes B from a
+    *random other document* and labels it 1, so that label then means "random", not
+    "swapped" (an NSP leak into SOP). Here B never comes from another document and no
+    sentence is split: such chunks are skipped and counted in ``plan.negatives_unavailable``
+    (reported as ``sop_single_segment_chunks``).
+    """
+    s_begin, s_end = doc_starts[d], doc_starts[d + 1]
+    target_seq_length = max_num_tokens
+    if rng.random() < params.short_seq_prob:
+        target_seq_length = rng.randint(params.min_short_seq_length, max_num_tokens)
+    chunk_start = s_begin
+    current_length = 0
+    for i in range(s_begin, s_end):
+        current_length += off[i + 1] - off[i]
+        if i == s_end - 1 or current_length >= target_seq_length:
+            n_chunk = i + 1 - chunk_start
+            if n_chunk < 2:
+                plan.negatives_unavailable += 1
+            else:
+                a_end = rng.randint(1, n_chunk - 1)
+                first_lo, first_hi = off[chunk_start], off[chunk_start + a_end]
+                second_lo, second_hi = first_hi, off[i + 1]
+                if rng.random() < 0.5:
+                    a_lo, a_hi, b_lo, b_hi, label = second_lo, second_hi, first_lo, first_hi, 1
+                else:
+                    a_lo, a_hi, b_lo, b_hi, label = first_lo, first_hi, second_lo, second_hi, 0
+                a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng)
+                plan.a_lo.append(a_lo)
+                plan.a_hi.append(a_hi)
+                plan.b_lo.append(b_lo)
+                plan.b_hi.append(b_hi)
+                plan.is_random_next.append(label)
+            chunk_start, current_length = i + 1, 0
 
 
 def _plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan) -> None:
@@ -336,8 +391,8 @@ def create_instances(
 ) -> Dict[str, np.ndarray]:
     """One dupe pass over a group: plan pairs, assemble, mask. Rows are in document order."""
     plan = plan_pairs(group, params, pair_rng)
-    if len(plan) == 0:
-        return {}
+    if len(plan) == 0:  # still report the chunks that could not be paired
+        return {"_negatives_unavailable": np.asarray([plan.negatives_unavailable])}
     arrays = assemble(group.ids, plan, params)
     features = mask_batch(arrays, params, mask_rng, is_continuation)
     features["_negatives_unavailable"] = np.asarray([plan.negatives_unavailable])

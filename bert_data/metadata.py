@@ -12,7 +12,7 @@ import os
 import stat
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import MetadataError
 
@@ -24,6 +24,7 @@ class DocumentSource:
     path: str
     metadata_file: str
     line_number: int
+    entry: str = ""  # the path as written in the metadata file (what train/validation splits hash)
 
     def where(self) -> str:
         return f"{self.metadata_file}:{self.line_number}"
@@ -40,10 +41,14 @@ def parse_metadata_line(line: str, prefix: str) -> Optional[str]:
 
 
 def iter_metadata(metadata_files: Sequence[str], prefix: str) -> Iterator[DocumentSource]:
-    """Stream the entries of every metadata file, in order."""
+    """Stream the entries of every metadata file, in order.
+
+    Lines are decoded one by one (a UTF-8 BOM on the first is dropped), so an undecodable
+    line is reported with its own number.
+    """
     for metadata_file in metadata_files:
         try:
-            handle = open(metadata_file, encoding="utf-8", errors="strict", newline="")
+            handle = open(metadata_file, "rb")
         except FileNotFoundError:
             raise MetadataError(f"metadata file {metadata_file} does not exist") from None
         except IsADirectoryError:
@@ -51,15 +56,16 @@ def iter_metadata(metadata_files: Sequence[str], prefix: str) -> Iterator[Docume
         except OSError as exc:
             raise MetadataError(f"metadata file {metadata_file} cannot be read ({exc.strerror})") from None
         with handle:
-            try:
-                for line_number, line in enumerate(handle, start=1):
-                    path = parse_metadata_line(line, prefix)
-                    if path is not None:
-                        yield DocumentSource(path, metadata_file, line_number)
-            except UnicodeDecodeError:
-                raise MetadataError(
-                    f"metadata file {metadata_file} is not UTF-8 text (line {line_number + 1})"
-                ) from None
+            for line_number, raw in enumerate(handle, start=1):
+                if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise MetadataError(f"metadata file {metadata_file} is not UTF-8 text at line {line_number}") from None
+                path = parse_metadata_line(line, prefix)
+                if path is not None:
+                    yield DocumentSource(path, metadata_file, line_number, parse_metadata_line(line, ""))
 
 
 def check_source(source: DocumentSource) -> None:
@@ -84,7 +90,12 @@ class MetadataSummary:
     total_bytes: int
 
 
-def scan_metadata(metadata_files: Sequence[str], prefix: str) -> MetadataSummary:
+def scan_metadata(
+    metadata_files: Sequence[str],
+    prefix: str,
+    select: Optional[Callable[[DocumentSource], bool]] = None,
+    empty_hint: str = "",
+) -> MetadataSummary:
     """One validating pass over every entry before any work starts.
 
     Raises :class:`MetadataError` for a missing/unreadable document or when no metadata file
@@ -96,6 +107,8 @@ def scan_metadata(metadata_files: Sequence[str], prefix: str) -> MetadataSummary
     total_bytes = 0
     seen = set()
     for source in iter_metadata(metadata_files, prefix):
+        if select is not None and not select(source):
+            continue
         check_source(source)
         entries += 1
         fingerprint = hash(os.path.normpath(source.path))
@@ -111,7 +124,7 @@ def scan_metadata(metadata_files: Sequence[str], prefix: str) -> MetadataSummary
             pass
     if entries == 0:
         raise MetadataError(
-            f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)"
+            empty_hint or f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)"
         )
     return MetadataSummary(entries=entries, duplicate_entries=duplicates, total_bytes=total_bytes)
 

@@ -42,6 +42,53 @@ NSP_FEATURES: Tuple[FeatureSpec, ...] = (
 
 FEATURE_NAMES: Tuple[str, ...] = tuple(f.name for f in NSP_FEATURES)
 
+# --- other training objectives (--sentence_order_prediction, --mlm_only, --disable_masking) ---
+# Same names, dtypes and sorted order as NSP_FEATURES; only the subset and descriptions differ.
+
+SOP_FEATURES: Tuple[FeatureSpec, ...] = tuple(
+    FeatureSpec(f.name, f.dtype, f.length, "1 = A and B swapped (B precedes A in the document), 0 = in order")
+    if f.name == "next_sentence_labels"
+    else f
+    for f in NSP_FEATURES
+)
+
+MLM_ONLY_FEATURES: Tuple[FeatureSpec, ...] = (
+    FeatureSpec("input_ids", "int64", SEQ, "WordPiece ids, [CLS] window [SEP], 0-padded"),
+    FeatureSpec("input_mask", "int64", SEQ, "1 on real tokens, 0 on padding"),
+    FeatureSpec("masked_lm_ids", "int64", PRED, "original ids of the masked positions, 0-padded"),
+    FeatureSpec("masked_lm_positions", "int64", PRED, "masked positions in ascending order, 0-padded"),
+    FeatureSpec("masked_lm_weights", "float32", PRED, "1.0 for real predictions, 0.0 for padding"),
+)
+
+UNMASKED_FEATURES: Tuple[FeatureSpec, ...] = (
+    FeatureSpec("input_ids", "int64", SEQ, "unmasked WordPiece ids, [CLS] window [SEP], 0-padded (mask in the reader)"),
+    FeatureSpec("input_mask", "int64", SEQ, "1 on real tokens, 0 on padding"),
+)
+
+SCHEMAS: Dict[str, Tuple[FeatureSpec, ...]] = {
+    "nsp": NSP_FEATURES,
+    "sop": SOP_FEATURES,
+    "mlm_only": MLM_ONLY_FEATURES,
+    "unmasked": UNMASKED_FEATURES,
+}
+
+
+def objective_schema(mlm_only: bool, sentence_order_prediction: bool, disable_masking: bool) -> str:
+    """Name (a key of :data:`SCHEMAS`) of the records a run with these settings writes."""
+    if mlm_only:
+        return "unmasked" if disable_masking else "mlm_only"
+    return "sop" if sentence_order_prediction else "nsp"
+
+
+def schema_from_names(names) -> str:
+    """The :data:`SCHEMAS` key whose feature names are exactly ``names``; ``sop`` and ``nsp``
+    share names, so that set gives ``nsp``. ValueError when none matches."""
+    wanted = sorted(names)
+    for key in ("nsp", "mlm_only", "unmasked"):
+        if sorted(f.name for f in SCHEMAS[key]) == wanted:
+            return key
+    raise ValueError(f"no known record schema has exactly the features {wanted}")
+
 
 def feature_length(spec: FeatureSpec, max_seq_length: int, max_predictions_per_seq: int) -> int:
     return {SEQ: max_seq_length, PRED: max_predictions_per_seq, ONE: 1}[spec.length]

@@ -21,7 +21,8 @@ from .errors import SpacyModelError
 # characters; each cut is a sentence boundary (counted as "paragraph_chunks").
 DEFAULT_CHUNK_CHARS = 100_000
 
-_BLANK_LINE = re.compile(r"\n[ \t\f\v\r]*\n\s*")
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n\s*")
+_UP_TO_LAST_WHITESPACE = re.compile(r".*\s", re.DOTALL)
 _WHITESPACE_RUN = re.compile(r"\s+")
 
 
@@ -44,12 +45,11 @@ def chunk_text(text: str, max_chars: int) -> List[str]:
     start = 0
     while len(text) - start > max_chars:
         end = start + max_chars
-        cut = text.rfind(" ", start + max_chars // 2, end)
-        if cut <= start:
-            cut = end  # no whitespace in the window: hard cut
+        last = _UP_TO_LAST_WHITESPACE.match(text, start + max(1, max_chars // 2), end)
+        cut = last.end() - 1 if last else end  # no whitespace in the window: hard cut
         pieces.append(text[start:cut])
         start = cut
-        while start < len(text) and text[start] == " ":
+        while start < len(text) and text[start].isspace():
             start += 1
     if start < len(text):
         pieces.append(text[start:])

@@ -1,29 +1,34 @@
 """BERT WordPiece tokenization on HF ``tokenizers``, token-for-token identical to
 google-research/bert's reference ``tokenization.FullTokenizer``.
 
-Fast path: the Rust pipeline (``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece``) does all
-the work.  It is configured to reproduce the reference where HF's defaults differ:
+The HF pipeline is configured to reproduce the reference where HF's defaults differ:
 
 * no special/added tokens are registered, so literal ``[CLS]``/``[SEP]``/... in raw text are
   tokenized as ordinary text (``[``, ``cl``, ``##s``, ``]``), as the reference does;
 * ``max_input_chars_per_word=200`` (the reference value; HF's default is 100).
 
-Slow path: a few characters are handled differently by HF's normalizer/pre-tokenizer and by the
-reference, which runs on Python's ``unicodedata``/``str.lower()``:
+Each text takes the cheapest route that is exact for it:
 
-* Greek capital sigma ``Σ`` (lowercasing only): Python's ``str.lower()`` maps a word-final ``Σ``
-  to ``ς``; HF lowercases char by char (always ``σ``);
-* private-use characters (category ``Co``): the reference drops only ``Cc``/``Cf`` characters
-  and keeps these (they end up in an ``[UNK]``), HF drops every ``C*`` character;
-* CJK Extension F (U+2B820..U+2CEAF): a CJK range in the reference, not in HF;
-* a few hundred characters whose Unicode properties changed between the Unicode version of
-  Python's ``unicodedata`` and the (older or newer) tables compiled into ``tokenizers``.
+1. ASCII texts (:meth:`FullTokenizer.encode_ids`): cleaning, lowercasing and punctuation
+   splitting are done on the whole batch with C-level ``bytes`` operations; Rust only splits on
+   whitespace and runs WordPiece, once for the whole batch.
+2. Other texts: HF ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece``.
+3. Texts holding a character on which (2) and the reference disagree: the basic tokenization
+   runs in an exact Python port of the reference ``BasicTokenizer``, WordPiece in Rust.  Those
+   characters are:
 
-Texts holding such a character (rare: none of the ASCII texts, which are checked in O(1)) are
-basic-tokenized by an exact Python port of the reference ``BasicTokenizer`` and only the
-WordPiece step runs in Rust.  The divergent characters are precomputed for the Unicode /
-``tokenizers`` versions this was developed on and recomputed by probing (a few seconds, once per
-process) under any other versions.
+   * Greek capital sigma ``Σ`` (lowercasing only): Python's ``str.lower()`` maps a word-final
+     ``Σ`` to ``ς``; HF lowercases char by char (always ``σ``);
+   * private-use characters (category ``Co``): the reference drops only ``Cc``/``Cf`` characters
+     and keeps these (the word becomes ``[UNK]``); HF drops them;
+   * U+2B820..U+2B91F: in the reference's CJK ranges, not in HF's (which starts at U+2B920);
+   * a few hundred characters whose Unicode properties differ between Python's ``unicodedata``
+     and the (older or newer) tables compiled into ``tokenizers``;
+   * lone surrogates, which cannot be passed to Rust at all.
+
+   The per-version characters are precomputed for the Python-Unicode / ``tokenizers`` versions
+   named in ``_PRECOMPUTED_KEY``; under other versions they are found by probing every code
+   point through both implementations (about two seconds, once per process and casing).
 """
 
 from __future__ import annotations
@@ -150,7 +155,7 @@ def case_mismatch_warning(vocab: dict[str, int], do_lower_case: bool) -> str | N
         )
     if not cased and not do_lower_case:
         return (
-            "the vocabulary looks uncased (no tokens with uppercase letters) but --do_lower_case "
+            "the vocabulary looks uncased (next to no tokens with uppercase letters) but --do_lower_case "
             "is off: words with uppercase letters will be split badly or become [UNK]; "
             "pass --do_lower_case for an uncased vocabulary"
         )
@@ -198,11 +203,42 @@ def _whitespace_tokenize(text: str) -> list[str]:
     return text.split()  # == reference: strip(), then split() (empty -> [])
 
 
+# Per-character memos of the reference predicates (same results, less Python work per char).
+_MEMO_LIMIT = 1 << 16
+_CLEAN_MEMO: dict[str, str] = {}
+_PUNCT_MEMO: dict[str, bool] = {}
+
+
+def _clean_char(char: str) -> str:
+    """What the reference's ``_clean_text`` + ``_tokenize_chinese_chars`` make of ``char``."""
+    cp = ord(char)
+    if cp == 0 or cp == 0xFFFD or _is_control(char):
+        out = ""
+    elif _is_whitespace(char):
+        out = " "
+    elif _is_chinese_char(cp):
+        out = f" {char} "
+    else:
+        out = char
+    if len(_CLEAN_MEMO) < _MEMO_LIMIT:
+        _CLEAN_MEMO[char] = out
+    return out
+
+
+def _is_punctuation_memo(char: str) -> bool:
+    punct = _PUNCT_MEMO.get(char)
+    if punct is None:
+        punct = _is_punctuation(char)
+        if len(_PUNCT_MEMO) < _MEMO_LIMIT:
+            _PUNCT_MEMO[char] = punct
+    return punct
+
+
 def _split_on_punc(text: str) -> list[str]:
     output: list[str] = []
     current: list[str] = []
     for char in text:
-        if _is_punctuation(char):
+        if _is_punctuation_memo(char):
             if current:
                 output.append("".join(current))
                 current = []
@@ -216,21 +252,12 @@ def _split_on_punc(text: str) -> list[str]:
 
 def _reference_basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     """The reference ``BasicTokenizer(do_lower_case).tokenize(text)``."""
-    out: list[str] = []
-    for char in text:
-        cp = ord(char)
-        if cp == 0 or cp == 0xFFFD or _is_control(char):
-            continue
-        if _is_whitespace(char):
-            out.append(" ")
-        elif _is_chinese_char(cp):
-            out.append(" ")
-            out.append(char)
-            out.append(" ")
-        else:
-            out.append(char)
+    memo = _CLEAN_MEMO
+    cleaned = "".join(
+        [out if (out := memo.get(char)) is not None else _clean_char(char) for char in text]
+    )
     split_tokens: list[str] = []
-    for token in _whitespace_tokenize("".join(out)):
+    for token in _whitespace_tokenize(cleaned):
         if do_lower_case:
             token = unicodedata.normalize("NFD", token.lower())
             token = "".join(c for c in token if unicodedata.category(c) != "Mn")
@@ -351,8 +378,13 @@ def _divergent_ranges(do_lower_case: bool) -> tuple[tuple[int, int], ...]:
     else:
         probed = _ranges(_probe_divergent(do_lower_case))
     extra = [(_SIGMA, _SIGMA)] if do_lower_case else []
-    cps = [cp for lo, hi in [*probed, *_PRIVATE_USE, *extra] for cp in range(lo, hi + 1)]
-    return tuple(_ranges(cps))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted([*probed, *_PRIVATE_USE, *extra]):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
 
 
 @functools.lru_cache(maxsize=None)
@@ -452,8 +484,8 @@ class FullTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         if self._needs_reference(text):
-            enc = self._wp.encode(self._reference_words(text), is_pretokenized=True,
-                                  add_special_tokens=False)
+            words = self._reference_words(text)
+            enc = self._wp.encode(words, is_pretokenized=True, add_special_tokens=False)
         else:
             enc = self._tok.encode(text, add_special_tokens=False)
         return enc.tokens

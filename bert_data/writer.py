@@ -25,15 +25,17 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import OutputError
+from .errors import OutputError, ResumeError
 from .records import frame_records, serialize_examples
 
 WORK_DIR_NAME = ".bert_data_work"
 MANIFEST_NAME = "data_params.json"
+RUN_FILE = "run.json"  # the settings of the run in progress (checked by --resume)
+PROGRESS_FILE = "progress.json"  # journal: groups merged so far, shard sizes, counters
 
 
 def shard_file_names(name: str, num_output_files: int) -> List[str]:
@@ -116,16 +118,51 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, length: int) -> None:
 
 
 class ShardAssembler:
-    """Appends finished groups' fragments to the partial shards, in group order."""
+    """Appends finished groups' fragments to the partial shards, in group order.
 
-    def __init__(self, output_dir: str, work_dir: str, name: str, num_shards: int) -> None:
+    After every group, :meth:`checkpoint` records the shard sizes in a journal; a resumed
+    run truncates the partial shards back to those sizes, so bytes appended by a group whose
+    checkpoint never happened are discarded and that group is simply made again.
+    """
+
+    def __init__(
+        self, output_dir: str, work_dir: str, name: str, num_shards: int, resume_from: Optional[Mapping] = None
+    ) -> None:
         self.output_dir = output_dir
         self.work_dir = work_dir
         self.final_names = shard_file_names(name, num_shards)
         self.partial_paths = [os.path.join(work_dir, n + ".partial") for n in self.final_names]
-        self.records_per_shard = [0] * num_shards
-        self.bytes_per_shard = [0] * num_shards
-        self._fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for p in self.partial_paths]
+        if resume_from is None:
+            self.records_per_shard = [0] * num_shards
+            self.bytes_per_shard = [0] * num_shards
+            self._fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for p in self.partial_paths]
+        else:
+            self.records_per_shard = list(resume_from["shard_records"])
+            self.bytes_per_shard = list(resume_from["shard_bytes"])
+            self._fds = []
+            for path, final, size in zip(self.partial_paths, self.final_names, self.bytes_per_shard):
+                published = os.path.join(output_dir, final)
+                if not os.path.exists(path) and os.path.exists(published) and os.path.getsize(published) == size:
+                    os.replace(published, path)  # killed between publishing shards and the manifest
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                if os.fstat(fd).st_size < size:
+                    os.close(fd)
+                    raise OutputError(f"cannot resume: {path} is shorter than its journal says ({size} bytes)")
+                os.ftruncate(fd, size)
+                os.lseek(fd, size, os.SEEK_SET)
+                self._fds.append(fd)
+
+    def checkpoint(self, next_group: int, stats: Mapping[str, int]) -> None:
+        """Journal that every group before ``next_group`` is in the partial shards."""
+        write_json_atomically(
+            os.path.join(self.work_dir, PROGRESS_FILE),
+            {
+                "next_group": next_group,
+                "shard_bytes": self.bytes_per_shard,
+                "shard_records": self.records_per_shard,
+                "stats": dict(stats),
+            },
+        )
 
     def append(self, fragment_path: str, segments: Sequence[Segment]) -> None:
         src = os.open(fragment_path, os.O_RDONLY)
@@ -164,6 +201,14 @@ def write_json_atomically(path: str, payload: Mapping) -> None:
     os.replace(tmp, path)
 
 
+def _clear_fragments(work_dir: str) -> None:
+    """Drop every fragment of earlier attempts: groups not journaled are simply made again."""
+    for name in ("fragments", "attempts"):
+        path = os.path.join(work_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def prepare_output_dir(output_dir: str, name: str, num_shards: int, overwrite: bool) -> str:
     """Check/clear the output directory and return a fresh work directory inside it.
 
@@ -173,8 +218,14 @@ def prepare_output_dir(output_dir: str, name: str, num_shards: int, overwrite: b
     """
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise OutputError(f"--output_dir {output_dir} exists and is not a directory")
+    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
     if os.path.isdir(output_dir) and os.listdir(output_dir):
         if not overwrite:
+            if os.path.isdir(work_dir):
+                raise OutputError(
+                    f"--output_dir {output_dir} holds an interrupted run; pass --resume to continue it "
+                    f"or --overwrite to start over"
+                )
             raise OutputError(
                 f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
             )
@@ -184,15 +235,51 @@ def prepare_output_dir(output_dir: str, name: str, num_shards: int, overwrite: b
         for entry in os.listdir(output_dir):
             if entry.startswith(f"{name}-") and entry.endswith(".tfrecords"):
                 os.unlink(os.path.join(output_dir, entry))
-    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
     try:
         os.makedirs(output_dir, exist_ok=True)
         if os.path.exists(work_dir):
             shutil.rmtree(work_dir)
-        os.makedirs(os.path.join(work_dir, "fragments"))
+        os.makedirs(work_dir)
     except OSError as exc:
         raise OutputError(f"--output_dir {output_dir} cannot be written ({exc.strerror})") from None
     return work_dir
+
+
+def load_resume_state(output_dir: str, run_settings: Mapping) -> Optional[Dict]:
+    """The journal of an interrupted run in ``output_dir``, checked against this run's settings.
+
+    Returns None when the output is already complete (its manifest exists, same settings).
+    Raises :class:`ResumeError` when there is nothing to resume or the settings differ.
+    """
+    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
+    run_file = os.path.join(work_dir, RUN_FILE)
+    if not os.path.exists(run_file):
+        manifest_path = os.path.join(output_dir, MANIFEST_NAME)
+        if os.path.exists(manifest_path):
+            with open(manifest_path, encoding="utf-8") as handle:
+                manifest = json.load(handle)
+            _check_same_settings(run_settings, {k: manifest.get(k) for k in run_settings}, manifest_path)
+            return None
+        raise ResumeError(f"--resume: no interrupted run in {output_dir} (nothing to continue); run without --resume")
+    with open(run_file, encoding="utf-8") as handle:
+        previous = json.load(handle)
+    _check_same_settings(run_settings, previous, run_file)
+    progress_path = os.path.join(work_dir, PROGRESS_FILE)
+    if os.path.exists(progress_path):
+        with open(progress_path, encoding="utf-8") as handle:
+            state = json.load(handle)
+    else:
+        state = {"next_group": 0, "shard_bytes": [0] * previous["num_output_files"],
+                 "shard_records": [0] * previous["num_output_files"], "stats": {}}
+    _clear_fragments(work_dir)
+    return state
+
+
+def _check_same_settings(current: Mapping, previous: Mapping, where: str) -> None:
+    differing = sorted(k for k in set(current) | set(previous) if current.get(k) != previous.get(k))
+    if differing:
+        details = ", ".join(f"--{k} was {previous.get(k)!r}, now {current.get(k)!r}" for k in differing[:4])
+        raise ResumeError(f"--resume: settings differ from the interrupted run ({where}): {details}")
 
 
 def fragment_path(work_dir: str, group_index: int) -> str:

@@ -242,7 +242,9 @@ WWM_CONTINUATION = np.zeros(WWM_VOCAB, dtype=bool)
 WWM_CONTINUATION[60:HIGH_ID] = True  # ids 60..99 play the role of "##" pieces
 
 
-@SETTINGS
+# derandomized: a random replacement equal to [MASK] or to the original (p = 1e-6 per piece) would
+# read as a mixed treatment; fixed examples keep that from ever flaking.
+@settings(SETTINGS, derandomize=True)
 @given(doc_lengths=doc_lengths_strategy, params=params_strategy(mask_whole_word=True, vocab_size=WWM_VOCAB),
        data_seed=st.integers(0, 2**32 - 1), pair_seed=st.integers(0, 2**32 - 1),
        mask_seed=st.integers(0, 2**32 - 1))
@@ -509,3 +511,51 @@ def test_assemble_layout_exact():
     assert features["masked_lm_positions"][0].tolist() == [1, 2, 4, 5, 6, 0, 0, 0, 0]
     assert features["masked_lm_ids"][0].tolist() == [10, 11, 12, 13, 14, 0, 0, 0, 0]
     assert features["masked_lm_positions"][1].tolist() == [1, 3] + [0] * 7
+
+
+@SETTINGS
+@given(doc_lengths=st.lists(st.lists(st.integers(1, 25), min_size=1, max_size=10), min_size=2, max_size=5),
+       msl=st.integers(8, 64), seed=st.integers(0, 2**32 - 1))
+def test_chunking_follows_reference_without_truncation(doc_lengths, msl, seed):
+    """With truncation switched off, the plan is the reference's chunking exactly: chunks tile
+    each document in order, a chunk closes at the first sentence reaching the target length
+    (or at the document end), a random-next pair puts B's unused sentences back, and a random
+    B is read from a sentence start until it reaches ``target - len(A)``."""
+    docs = make_docs(doc_lengths, seed)
+    group = build_group(docs)
+    params = make_params(max_seq_length=msl, max_predictions_per_seq=1, short_seq_prob=0.0)
+    target = params.max_num_tokens
+    import bert_data.instances as instances
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(instances, "truncate_pair", lambda a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng: (a_lo, a_hi, b_lo, b_hi))
+        plan = plan_pairs(group, params, random.Random(seed))
+    off = group.sent_offsets.tolist()
+    boundaries = set(off)
+    doc_bounds = [off[s] for s in group.doc_starts]
+
+    def last_sentence_start(end: int) -> int:
+        return off[off.index(end) - 1]
+
+    position = 0  # where the next chunk must start (token offset)
+    doc = 0
+    for r in range(len(plan)):
+        a_lo, a_hi, b_lo, b_hi = plan.a_lo[r], plan.a_hi[r], plan.b_lo[r], plan.b_hi[r]
+        while position == doc_bounds[doc + 1]:
+            doc += 1
+        assert a_lo == position, "chunks tile the document, unused sentences are put back"
+        assert a_hi in boundaries and b_lo in boundaries and b_hi in boundaries
+        if plan.is_random_next[r] == 0:
+            assert b_lo == a_hi and b_hi <= doc_bounds[doc + 1]
+            assert last_sentence_start(b_hi) - a_lo < target, "the chunk closes at the first sentence reaching target"
+            assert b_hi - a_lo >= target or b_hi == doc_bounds[doc + 1]
+            position = b_hi
+        else:
+            assert last_sentence_start(a_hi) == a_lo or a_hi - a_lo < target
+            rdoc = bisect_right(doc_bounds, b_lo) - 1
+            assert rdoc != doc and b_hi <= doc_bounds[rdoc + 1]
+            want = target - (a_hi - a_lo)
+            assert last_sentence_start(b_hi) == b_lo or last_sentence_start(b_hi) - b_lo < want
+            assert b_hi - b_lo >= want or b_hi == doc_bounds[rdoc + 1]
+            position = a_hi
+    assert position == doc_bounds[-1] and doc == len(docs) - 1, "every sentence of every document is used"

@@ -1,0 +1,599 @@
+"""The Apache Beam runner: the same per-group function, scheduled by Beam on a cluster.
+
+``create_tfrecords --runner beam [flags] -- [Beam pipeline options]``. See ``docs/beam.md``.
+
+Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)::
+
+    driver:  metadata (scan + checks) ──► {work}/groups.jsonl   one line per group: index + sources
+    Beam:    ReadFromText(groups.jsonl) ─► Reshuffle ─► ProcessGroup (DoFn; setup() builds the
+             resources once per DoFn instance: spaCy and the tokenizer are never pickled)
+                 │  runs pipeline.process_group unchanged into a worker-local fragment and emits,
+                 │  per shard, (shard, (group, records, bytes)): the group's run of framed records
+                 │  for that shard (all dupe passes, in fragment order), plus the group's counters
+             ─► GroupByKey(shard) ─► WriteShard: spill the chunks to a worker-local temp file,
+                 sort by group index, copy them in that order through FileSystems.create into
+                 {work}/{name}-{i}.tfrecords.partial, FileSystems.rename to {name}-{i}.tfrecords
+             ─► counts per shard + summed counters ─► {work}/result.json
+    driver:  build_manifest (same function as the local runner) ─► data_params.json (last)
+
+Each shard is the concatenation, in group order, of the group's segments for that shard,
+which is exactly what the local ShardAssembler appends: the shards are byte-identical to a
+local run's for the same input, flags and seed (``tests/test_beam.py`` checks it).
+
+Paths with a scheme (``gs://``, ``s3://``, ``hdfs://``, ...) are read and written through
+``apache_beam.io.filesystems.FileSystems``: metadata files, documents (staged to a worker-local
+temp dir, then read by the unchanged ``read_source``), the vocabulary (shipped to the workers
+inside the DoFn), shards and the manifest. Plain paths use the local file system, which must
+then be shared by every worker (the DirectRunner, or an NFS mount).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from .config import Config
+from .errors import BertDataError, ConfigError, MetadataError, OutputError
+from .metadata import DocumentSource, MetadataSummary, check_source, iter_groups, parse_metadata_line
+from .writer import MANIFEST_NAME, WORK_DIR_NAME, shard_file_names, write_json_atomically
+
+log = logging.getLogger("bert_data")
+
+BEAM_REQUIREMENT = "apache-beam>=2.50"
+GROUPS_FILE = "groups.jsonl"
+RESULT_FILE = "result.json"
+_COPY_CHUNK = 8 << 20
+_STAGE_THREADS = 16
+_SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")
+
+
+class BeamPipelineError(BertDataError):
+    """The Beam pipeline failed (the runner's own logs say where and why)."""
+
+    exit_code = 1
+
+
+def _require_beam():
+    try:
+        import apache_beam
+    except ImportError:
+        raise ConfigError(
+            f"--runner beam needs Apache Beam: pip install 'bert_data[beam]' (or '{BEAM_REQUIREMENT}')"
+        ) from None
+    return apache_beam
+
+
+def is_remote(path: str) -> bool:
+    """True for paths with a scheme (gs://, s3://, hdfs://, ...): those go through Beam's FileSystems."""
+    return bool(_SCHEME.match(path))
+
+
+def _join(base: str, *parts: str) -> str:
+    if is_remote(base):
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def _fs_open(path: str):
+    """Raw bytes of a remote file (no automatic decompression: the reader sniffs it itself)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.open(path, mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _fs_create(path: str):
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.create(path, mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _fs_exists(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)
+
+
+def _fs_delete(paths: Sequence[str]) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)
+
+
+# --- metadata (driver) ---------------------------------------------------------------------
+
+
+def _parse_line(line: str, prefix: str) -> Optional[str]:
+    entry = line.rstrip("\r\n").strip()
+    if entry and not entry.startswith("#") and is_remote(entry):
+        return entry  # an absolute remote path: never joined to the prefix
+    if prefix and is_remote(prefix):
+        if not entry or entry.startswith("#"):
+            return None
+        return entry if os.path.isabs(entry) else _join(prefix, entry)
+    return parse_metadata_line(line, prefix)
+
+
+def iter_sources(metadata_files: Sequence[str], prefix: str) -> Iterator[DocumentSource]:
+    """Like :func:`bert_data.metadata.iter_metadata`, but metadata files, the prefix and entries
+    may be remote (read through Beam's FileSystems)."""
+    import io
+
+    for metadata_file in metadata_files:
+        try:
+            if is_remote(metadata_file):
+                handle = io.TextIOWrapper(_fs_open(metadata_file), encoding="utf-8", errors="strict", newline="")
+            else:
+                handle = open(metadata_file, encoding="utf-8", errors="strict", newline="")
+        except FileNotFoundError:
+            raise MetadataError(f"metadata file {metadata_file} does not exist") from None
+        except IsADirectoryError:
+            raise MetadataError(f"metadata file {metadata_file} is a directory, not a file") from None
+        except (OSError, Exception) as exc:  # Beam's BeamIOError and friends
+            if isinstance(exc, BertDataError):
+                raise
+            raise MetadataError(f"metadata file {metadata_file} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+        line_number = 0
+        with handle:
+            try:
+                for line_number, line in enumerate(handle, start=1):
+                    path = _parse_line(line, prefix)
+                    if path is not None:
+                        yield DocumentSource(path, metadata_file, line_number)
+            except UnicodeDecodeError:
+                raise MetadataError(
+                    f"metadata file {metadata_file} is not UTF-8 text (line {line_number + 1})"
+                ) from None
+
+
+def scan_sources(metadata_files: Sequence[str], prefix: str) -> MetadataSummary:
+    """:func:`bert_data.metadata.scan_metadata` for mixed local/remote entries.
+
+    Local entries are checked exactly as the local runner checks them. Remote entries are not
+    stat'ed one by one (a round trip per document would dominate the driver at cluster scale):
+    a missing remote document fails its group on the worker, naming the metadata file and line.
+    """
+    entries = duplicates = total_bytes = 0
+    seen = set()
+    for source in iter_sources(metadata_files, prefix):
+        entries += 1
+        remote = is_remote(source.path)
+        if not remote:
+            check_source(source)
+            try:
+                info = os.stat(source.path)
+                if stat.S_ISREG(info.st_mode):
+                    total_bytes += info.st_size
+            except OSError:
+                pass
+        fingerprint = hash(source.path if remote else os.path.normpath(source.path))
+        if fingerprint in seen:
+            duplicates += 1
+        else:
+            seen.add(fingerprint)
+    if entries == 0:
+        raise MetadataError(f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)")
+    return MetadataSummary(entries=entries, duplicate_entries=duplicates, total_bytes=total_bytes)
+
+
+def encode_group(group_index: int, sources: Sequence[DocumentSource], metadata_index: Dict[str, int]) -> str:
+    return json.dumps(
+        {"g": group_index, "s": [[s.path, metadata_index[s.metadata_file], s.line_number] for s in sources]},
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+
+
+def decode_group(line: str, metadata_files: Sequence[str]) -> Tuple[int, List[DocumentSource]]:
+    data = json.loads(line)
+    return data["g"], [DocumentSource(path, metadata_files[m], n) for path, m, n in data["s"]]
+
+
+# --- output directory (driver) -------------------------------------------------------------
+
+
+def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool) -> str:
+    """:func:`bert_data.writer.prepare_output_dir` for a remote ``output_dir``: only files a run
+    of ours owns are removed (the manifest first), and only with ``overwrite``."""
+    from apache_beam.io.filesystems import FileSystems
+
+    def listing(pattern: str) -> List[str]:
+        try:
+            return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        except Exception:  # BeamIOError: nothing matches
+            return []
+
+    work_dir = _join(output_dir, WORK_DIR_NAME)
+    top = listing(_join(output_dir, "*"))
+    work = listing(_join(work_dir, "*"))
+    if (top or work) and not overwrite:
+        raise OutputError(f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output")
+    if overwrite:
+        _fs_delete([_join(output_dir, MANIFEST_NAME)])
+        ours = re.compile(re.escape(name) + r"-.*\.tfrecords$")
+        _fs_delete([p for p in top if ours.match(p.rstrip("/").rsplit("/", 1)[-1])])
+        _fs_delete(work)
+    return work_dir
+
+
+def _write_json(path: str, payload: Dict) -> None:
+    if not is_remote(path):
+        write_json_atomically(path, payload)
+        return
+    from apache_beam.io.filesystems import FileSystems
+
+    tmp = path + ".tmp"
+    with _fs_create(tmp) as handle:
+        handle.write((json.dumps(payload, indent=1, sort_keys=False) + "\n").encode("utf-8"))
+    FileSystems.rename([tmp], [path])
+
+
+def _read_bytes(path: str) -> bytes:
+    if is_remote(path):
+        with _fs_open(path) as handle:
+            return handle.read()
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+# --- the DoFns (workers) ---------------------------------------------------------------------
+
+
+def _stage_remote_sources(sources: Sequence[DocumentSource], stage_dir: str) -> Tuple[List[DocumentSource], Dict[str, str]]:
+    """Copy the remote documents of a group to ``stage_dir`` (in parallel); local ones are kept.
+
+    The staged copy keeps the base name (compression is recognised by extension, too) and the
+    metadata file and line, so ``read_source`` treats it exactly like the local runner would.
+    Returns the sources to read and {local path: remote path} for error messages.
+    """
+    remote = [(i, s) for i, s in enumerate(sources) if is_remote(s.path)]
+    if not remote:
+        return list(sources), {}
+    staged = list(sources)
+    renames: Dict[str, str] = {}
+
+    def fetch(item: Tuple[int, DocumentSource]) -> None:
+        i, source = item
+        base = source.path.rstrip("/").rsplit("/", 1)[-1] or "document"
+        local = os.path.join(stage_dir, f"{i:07d}-{base}")
+        try:
+            with _fs_open(source.path) as src, open(local, "wb") as dst:
+                shutil.copyfileobj(src, dst, _COPY_CHUNK)
+        except Exception as exc:  # BeamIOError, google.api_core NotFound, OSError, ...
+            raise MetadataError(f"{source.where()}: document {source.path} cannot be read ({exc})") from None
+        staged[i] = DocumentSource(local, source.metadata_file, source.line_number)
+        renames[local] = source.path
+
+    with ThreadPoolExecutor(max_workers=min(_STAGE_THREADS, len(remote))) as pool:
+        list(pool.map(fetch, remote))
+    return staged, renames
+
+
+def _read_segments(path: str, segments) -> Iterator[Tuple[int, int, bytes]]:
+    """(shard, records, bytes) per shard: the group's segments of that shard concatenated in
+    fragment order (dupe pass order), which is what the local assembler appends."""
+    by_shard: Dict[int, list] = {}
+    for segment in segments:
+        by_shard.setdefault(segment.shard, []).append(segment)
+    with open(path, "rb") as handle:
+        for shard in sorted(by_shard):
+            parts = []
+            for segment in by_shard[shard]:
+                handle.seek(segment.offset)
+                data = handle.read(segment.length)
+                if len(data) != segment.length:
+                    raise RuntimeError(f"fragment {path} ended early")
+                parts.append(data)
+            yield shard, sum(s.records for s in by_shard[shard]), b"".join(parts)
+
+
+_root = logging.getLogger()
+_root_level = _root.level
+_root.setLevel(logging.ERROR)  # Beam's import warns about optional GCP clients (apitools, bigquery) we never use
+try:  # DoFns are module-level (pickled by reference); the module still imports without Beam
+    import apache_beam as beam
+    from apache_beam.metrics import Metrics
+except ImportError:  # pragma: no cover - exercised only where Beam is not installed
+    beam = None
+finally:
+    _root.setLevel(_root_level)
+
+if beam is not None:
+
+    class ProcessGroupFn(beam.DoFn):
+        """One group: ``pipeline.process_group`` unchanged, output split into per-shard chunks."""
+
+        STATS = "stats"
+
+        def __init__(self, config: Config, vocab_bytes: bytes, metadata_files: Sequence[str]) -> None:
+            self._config = config
+            self._vocab_bytes = vocab_bytes
+            self._metadata_files = list(metadata_files)
+            self._groups = Metrics.counter("bert_data", "groups")
+            self._instances = Metrics.counter("bert_data", "instances")
+            self._documents = Metrics.counter("bert_data", "documents_read")
+
+        def setup(self) -> None:
+            from .pipeline import build_resources
+
+            self._tmp = tempfile.mkdtemp(prefix="bert_data_beam_")
+            vocab_path = os.path.join(self._tmp, "vocab.txt")
+            with open(vocab_path, "wb") as handle:
+                handle.write(self._vocab_bytes)
+            self._work_dir = os.path.join(self._tmp, "work")
+            os.makedirs(os.path.join(self._work_dir, "fragments"))
+            self._resources = build_resources(self._config.replace(vocab_file=vocab_path))
+
+        def process(self, line: str):
+            from .pipeline import process_group
+
+            group_index, sources = decode_group(line, self._metadata_files)
+            stage_dir = tempfile.mkdtemp(prefix=f"g{group_index:09d}-", dir=self._tmp)
+            try:
+                local_sources, renames = _stage_remote_sources(sources, stage_dir)
+                try:
+                    result = process_group(group_index, local_sources, self._resources, self._work_dir)
+                except BertDataError as exc:
+                    message = str(exc)
+                    for local, remote in renames.items():
+                        message = message.replace(local, remote)
+                    raise type(exc)(message) from None
+            finally:
+                shutil.rmtree(stage_dir, ignore_errors=True)
+            try:
+                for shard, records, data in _read_segments(result.fragment_path, result.segments):
+                    yield shard, (group_index, records, data)
+            finally:
+                os.unlink(result.fragment_path)
+            self._groups.inc()
+            self._instances.inc(int(result.stats.get("instances", 0)))
+            self._documents.inc(int(result.stats.get("documents.read", 0)))
+            yield beam.pvalue.TaggedOutput(self.STATS, dict(result.stats))
+
+        def teardown(self) -> None:
+            shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)
+
+    class WriteShardFn(beam.DoFn):
+        """One shard: its (group, records, bytes) chunks in group order, to a temp name, renamed.
+
+        Memory stays at one copy buffer: chunks are spilled to a worker-local temp file as they
+        arrive (local disk needed: the shard's size), only (group, offset, length) is sorted.
+        """
+
+        def __init__(self, output_dir: str, work_dir: str, name: str, num_shards: int) -> None:
+            self._output_dir = output_dir
+            self._work_dir = work_dir
+            self._names = shard_file_names(name, num_shards)
+
+        def process(self, element):
+            from apache_beam.io.filesystems import FileSystems
+
+            shard, chunks = element
+            index = []
+            with tempfile.TemporaryFile(prefix="bert_data_shard_") as spill:
+                for chunk in chunks:
+                    if chunk is None:  # the marker every shard gets, so empty shards are written too
+                        continue
+                    group_index, records, data = chunk
+                    index.append((group_index, spill.tell(), len(data), records))
+                    spill.write(data)
+                index.sort()
+                groups = [entry[0] for entry in index]
+                if len(set(groups)) != len(groups):
+                    raise RuntimeError(f"shard {shard}: a group's chunk arrived twice")
+                final = _join(self._output_dir, self._names[shard])
+                partial = _join(self._work_dir, self._names[shard] + ".partial")
+                written = 0
+                out = _fs_create(partial)
+                try:
+                    for _group, offset, length, _records in index:
+                        spill.seek(offset)
+                        while length > 0:
+                            data = spill.read(min(length, _COPY_CHUNK))
+                            out.write(data)
+                            length -= len(data)
+                            written += len(data)
+                    if not is_remote(partial) and hasattr(out, "fileno"):
+                        out.flush()
+                        os.fsync(out.fileno())
+                finally:
+                    out.close()
+            FileSystems.rename([partial], [final])
+            yield shard, sum(entry[3] for entry in index), written
+
+
+def _sum_stats(values) -> Dict[str, int]:
+    total: Counter = Counter()
+    for value in values:
+        total.update(value)
+    return dict(total)
+
+
+def _write_result(shard_counts, path: str, stats) -> None:
+    payload = {"shards": sorted([list(entry) for entry in shard_counts]), "stats": stats}
+    with _fs_create(path) if is_remote(path) else open(path, "wb") as handle:
+        handle.write(json.dumps(payload).encode("utf-8"))
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+
+def pipeline_options(config: Config, pipeline_args: Sequence[str]):
+    """Beam options from the arguments after ``--``. Without ``--runner`` they default to the
+    DirectRunner in multi-processing mode with ``--num_workers`` processes."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions
+
+    options = PipelineOptions(list(pipeline_args))
+    standard = options.view_as(StandardOptions)
+    if standard.runner is None:
+        standard.runner = "DirectRunner"
+    if is_direct(options):
+        direct = options.view_as(DirectOptions)
+        if not any(a.startswith("--direct_running_mode") for a in pipeline_args):
+            direct.direct_running_mode = "multi_processing"
+        if not any(a.startswith("--direct_num_workers") for a in pipeline_args):
+            direct.direct_num_workers = config.num_workers
+        if log.getEffectiveLevel() >= logging.INFO:  # the local workers' INFO chatter, unless asked for
+            logging.getLogger("apache_beam").setLevel(logging.WARNING)
+            if not any(a.startswith("--default_sdk_harness_log_level") for a in pipeline_args):
+                options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
+    return options
+
+
+def _error_from_runner(exc: Exception) -> BertDataError:
+    """A worker's BertDataError comes back from most runners as text inside the runner's own
+    exception: raise it again as itself (same one-line message, same exit code)."""
+    from . import errors
+
+    text = str(exc)
+    found = None
+    for match in re.finditer(r"(?:bert_data\.errors\.)?\b([A-Z]\w*Error): ([^\n]+)", text):
+        cls = getattr(errors, match.group(1), None)
+        if isinstance(cls, type) and issubclass(cls, BertDataError):
+            found = cls(re.sub(r"\s*\[while running '[^']*'\]$", "", match.group(2)).strip())
+    if found is not None:
+        return found
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return BeamPipelineError(f"the Beam pipeline failed: {lines[-1] if lines else type(exc).__name__}")
+
+
+def is_direct(options) -> bool:
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    return options.view_as(StandardOptions).runner in ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, result_path: str):
+    import apache_beam as beam
+
+    n = config.num_output_files
+    processed = (
+        pipeline
+        | "ReadGroups" >> beam.io.ReadFromText(groups_path)
+        | "Spread" >> beam.Reshuffle()
+        | "ProcessGroup"
+        >> beam.ParDo(ProcessGroupFn(config, vocab_bytes, config.metadata_files)).with_outputs(
+            ProcessGroupFn.STATS, main="chunks"
+        )
+    )
+    markers = pipeline | "EveryShard" >> beam.Create([(shard, None) for shard in range(n)])
+    written = (
+        (processed.chunks, markers)
+        | "Merge" >> beam.Flatten()
+        | "ByShard" >> beam.GroupByKey()
+        | "WriteShard" >> beam.ParDo(WriteShardFn(config.output_dir, work_dir, config.name, n))
+    )
+    stats = processed[ProcessGroupFn.STATS] | "SumStats" >> beam.CombineGlobally(_sum_stats)
+    (
+        written
+        | "ShardCounts" >> beam.combiners.ToList()
+        | "WriteResult" >> beam.Map(_write_result, result_path, stats=beam.pvalue.AsSingleton(stats))
+    )
+
+
+def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
+    """Run the whole job as a Beam pipeline; returns the manifest that was written."""
+    beam = _require_beam()
+    from .pipeline import build_manifest
+    from .tokenization import case_mismatch_warning, load_vocab
+
+    if getattr(config, "resume", False):
+        raise ConfigError("--resume is for the local runner; re-run a Beam job instead (its output is deterministic)")
+    scratch = tempfile.mkdtemp(prefix="bert_data_driver_")
+    try:
+        try:
+            vocab_bytes = _read_bytes(config.vocab_file)
+        except Exception as exc:
+            raise ConfigError(f"--vocab_file {config.vocab_file} cannot be read ({exc})") from None
+        local_vocab = config.vocab_file
+        if is_remote(config.vocab_file):
+            local_vocab = os.path.join(scratch, "vocab.txt")
+            with open(local_vocab, "wb") as handle:
+                handle.write(vocab_bytes)
+        vocab = load_vocab(local_vocab)
+        warning = case_mismatch_warning(vocab, config.do_lower_case)
+        if warning:
+            log.warning(warning)
+        summary = scan_sources(config.metadata_files, config.input_files_prefix)
+        if summary.duplicate_entries:
+            log.warning("%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries)
+        options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
+        # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
+        # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
+        from .pipeline import build_resources
+
+        build_resources(config.replace(vocab_file=local_vocab))
+
+        if is_remote(config.output_dir):
+            work_dir = prepare_remote_output_dir(config.output_dir, config.name, config.overwrite)
+        else:
+            from .writer import prepare_output_dir
+
+            if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
+                raise OutputError(
+                    f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
+                    f"(a Beam run is redone from scratch: its output is deterministic)"
+                )
+            work_dir = prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
+        groups_path = _join(work_dir, GROUPS_FILE)
+        result_path = _join(work_dir, RESULT_FILE)
+        metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
+        n_groups = 0
+        with (_fs_create(groups_path) if is_remote(groups_path) else open(groups_path, "wb")) as handle:
+            for group_index, sources in iter_groups(iter_sources(config.metadata_files, config.input_files_prefix), config.split_num):
+                handle.write(encode_group(group_index, sources, metadata_index).encode("ascii") + b"\n")
+                n_groups += 1
+        log.info("beam: %d groups of up to %d documents, %d shards", n_groups, config.split_num, config.num_output_files)
+
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, result_path)
+        # The DirectRunner echoes its local workers' warnings (already on stderr) once more.
+        echo = logging.getLogger("apache_beam.runners.portability.local_job_service")
+        echo_level = echo.level
+        if is_direct(options) and log.getEffectiveLevel() >= logging.INFO:
+            echo.setLevel(logging.ERROR)
+        try:
+            result = pipeline.run()
+            state = result.wait_until_finish()
+        except (KeyboardInterrupt, BertDataError):
+            raise
+        except Exception as exc:
+            raise _error_from_runner(exc) from exc
+        finally:
+            echo.setLevel(echo_level)
+        if state is not None and str(state).split(".")[-1] not in ("DONE",):
+            raise BeamPipelineError(f"the Beam pipeline ended in state {state}")
+
+        payload = json.loads(_read_bytes(result_path))
+        names = shard_file_names(config.name, config.num_output_files)
+        records = {shard: count for shard, count, _bytes in payload["shards"]}
+        if sorted(records) != list(range(config.num_output_files)):
+            raise BeamPipelineError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
+        per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
+        manifest_config = config if local_vocab == config.vocab_file else config.replace(vocab_file=local_vocab)
+        manifest = build_manifest(manifest_config, Counter(payload["stats"]), per_shard, summary, len(vocab))
+        if manifest_config is not config:
+            manifest["vocab_file"] = config.vocab_file
+            if "vocab_path" in manifest:
+                manifest["vocab_path"] = config.vocab_file
+        if is_remote(work_dir):
+            _fs_delete([groups_path, result_path])
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        _write_json(_join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
+        return manifest
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,161 @@
+"""MLM-only instances: fixed windows over a group's token stream (pure, no I/O).
+
+The Cerebras Model Zoo ``create_tfrecords_mlm_only.py`` algorithm, on the same flat
+:class:`~bert_data.instances.TokenizedGroup` the NSP path uses (tokenized once per group;
+every dupe pass only re-plans windows and re-masks):
+
+* the **stream** is the group's documents in order. With ``allow_cross_document_examples``
+  (the default) it is one sequence, ``doc0 SEP doc1 SEP ... docN`` where ``SEP`` is the id of
+  ``--document_separator_token`` (between documents only, never first or last); without it
+  every document is its own stream. Streams never span groups: the last window of a group
+  (or of a document, without cross-document examples) is shorter and padded;
+* a window holds up to ``max_seq_length - 2`` stream tokens, written ``[CLS] window [SEP]``.
+  The next window starts ``overlap_size`` tokens before the previous one ended. With
+  ``short_seq_prob`` a window's target length is drawn from
+  ``[max(min_short_seq_length, overlap_size + 1), max_seq_length - 2]`` (so every window
+  advances). After the last full window, the rest of the stream is one more window only if
+  it holds a token not already in the previous window (the Model Zoo emits an empty or
+  all-overlap window there);
+* masking is the NSP path's :func:`~bert_data.instances.mask_batch` (80/10/10, whole-word
+  option); ``[CLS]``, ``[SEP]`` and the separator are never candidates, and a ``##`` piece
+  never joins a word across the separator.
+
+Randomness comes only from the RNGs passed in.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .instances import InstanceParams, TokenizedGroup, mask_batch
+
+
+def build_streams(group: TokenizedGroup, cross_document: bool, separator_id: int) -> Tuple[np.ndarray, List[int]]:
+    """The token stream(s) of a group: ``(tokens, bounds)``; stream ``s`` is
+    ``tokens[bounds[s]:bounds[s + 1]]``. One stream joined by separators with
+    ``cross_document``, else one stream per document (``tokens`` is then ``group.ids``)."""
+    doc_token_starts = group.sent_offsets[np.asarray(group.doc_starts, dtype=np.int64)]
+    if not cross_document:
+        return group.ids, [int(x) for x in doc_token_starts]
+    n_docs = group.n_docs
+    if n_docs == 0:
+        return group.ids[:0], [0, 0]
+    # insert one separator before the first token of every document but the first
+    positions = doc_token_starts[1:-1]
+    tokens = np.insert(group.ids, positions, np.int32(separator_id)).astype(np.int32, copy=False)
+    return tokens, [0, len(tokens)]
+
+
+def plan_windows(
+    length: int,
+    max_num_tokens: int,
+    overlap_size: int,
+    short_seq_prob: float,
+    min_short_seq_length: int,
+    rng: random.Random,
+) -> Tuple[List[int], List[int]]:
+    """``(starts, lengths)`` of the windows over one stream of ``length`` tokens.
+
+    Consecutive windows share exactly ``overlap_size`` tokens; together they cover the stream
+    in order. ``rng`` is used only when ``short_seq_prob > 0`` (one draw per window).
+    """
+    if length <= 0:
+        return [], []
+    lowest_short = min(max(min_short_seq_length, overlap_size + 1), max_num_tokens)
+    starts: List[int] = []
+    lengths: List[int] = []
+    start = 0
+    if short_seq_prob <= 0:
+        stride = max_num_tokens - overlap_size
+        if length >= max_num_tokens:
+            n_full = (length - max_num_tokens) // stride + 1
+            starts = list(range(0, n_full * stride, stride))
+            lengths = [max_num_tokens] * n_full
+            start = n_full * stride
+    else:
+        while True:
+            target = max_num_tokens
+            if rng.random() < short_seq_prob:
+                target = rng.randint(lowest_short, max_num_tokens)
+            if start + target > length:
+                break
+            starts.append(start)
+            lengths.append(target)
+            start += target - overlap_size
+    # the rest, only if it holds a token not in the previous window
+    if not starts or length > start + overlap_size:
+        if start < length:
+            starts.append(start)
+            lengths.append(length - start)
+    return starts, lengths
+
+
+def plan_group_windows(
+    bounds: List[int],
+    params: InstanceParams,
+    overlap_size: int,
+    rng: random.Random,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Windows over every stream of a group, streams in order: ``(starts, lengths)`` (int64)
+    with ``starts`` indexing the group's token array from :func:`build_streams`."""
+    all_starts: List[int] = []
+    all_lengths: List[int] = []
+    max_num_tokens = params.max_seq_length - 2
+    for s in range(len(bounds) - 1):
+        lo, hi = bounds[s], bounds[s + 1]
+        starts, lengths = plan_windows(
+            hi - lo, max_num_tokens, overlap_size, params.short_seq_prob, params.min_short_seq_length, rng
+        )
+        all_starts.extend(lo + x for x in starts)
+        all_lengths.extend(lengths)
+    return np.asarray(all_starts, dtype=np.int64), np.asarray(all_lengths, dtype=np.int64)
+
+
+def assemble_windows(
+    tokens: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    params: InstanceParams,
+    separator_id: Optional[int],
+) -> Dict[str, np.ndarray]:
+    """``[CLS] window [SEP]`` + padding for every window, as (n, L) arrays, plus the masking
+    inputs ``candidates`` (window tokens other than the separator) and ``real_length``."""
+    n = len(starts)
+    length = params.max_seq_length
+    j = np.arange(length, dtype=np.int64)[None, :]
+    lo = starts.astype(np.int64)[:, None]
+    span = lengths.astype(np.int64)[:, None]
+    inside = (j >= 1) & (j <= span)
+    source = np.where(inside, lo + j - 1, 0)
+    input_ids = np.where(inside, tokens[source] if len(tokens) else 0, 0).astype(np.int32)
+    input_ids[:, 0] = params.cls_id
+    input_ids[np.arange(n), span[:, 0] + 1] = params.sep_id
+    real_length = span + 2
+    input_mask = (j < real_length).astype(np.int32)
+    candidates = inside & (input_ids != params.cls_id) & (input_ids != params.sep_id)
+    if separator_id is not None:
+        candidates &= input_ids != separator_id
+    return {
+        "input_ids": input_ids,
+        "input_mask": input_mask,
+        "candidates": candidates,
+        "real_length": real_length[:, 0],
+    }
+
+
+def mask_windows(
+    arrays: Dict[str, np.ndarray],
+    params: InstanceParams,
+    rng: np.random.Generator,
+    is_continuation: Optional[np.ndarray] = None,
+) -> Dict[str, np.ndarray]:
+    """The NSP path's masking on assembled windows; returns the five MLM-only features."""
+    staged = dict(arrays, segment_ids=None, next_sentence_labels=None)
+    features = mask_batch(staged, params, rng, is_continuation)
+    return {
+        name: features[name]
+        for name in ("input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions", "masked_lm_weights")
+    }

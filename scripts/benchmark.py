@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Benchmark the real pipeline: throughput, peak RSS of the process tree, time per stage.
+
+    python scripts/benchmark.py                                  # ../shared/corpus, 1 worker, 3 runs
+    python scripts/benchmark.py --workers 1 2 --dupe_factor 1 --json bench.json
+    python scripts/benchmark.py --replicate 4 --dupe_factor 1    # corpus 4x larger, distinct documents
+
+Every measured run is a fresh child process (``--child``) that builds a ``Config`` with
+``build_config`` and calls ``bert_data.pipeline.run(config, on_group=...)``; it sums
+``GroupResult.seconds`` over the groups (wall time per stage, summed over workers) and
+prints one JSON line on stdout. The parent samples ``VmRSS`` of the child and all its
+descendants (the worker pool) every ``--sample_ms`` and keeps the maximum of the *sum*.
+
+Reported per worker count, as the median of ``--runs`` runs (spread = min..max):
+raw-text MB/s (1 MB = 10^6 bytes of input files), documents/s (documents read), instances/s,
+peak RSS of the process tree, the share of each stage in the summed stage time, and for
+N >= 2 workers the parallel efficiency (MB/s at N) / (N x MB/s at 1).
+Throughput is measured over ``run()`` only (worker start-up and spaCy load included,
+interpreter start-up and imports not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("BERT_DATA_SHARED", REPO.parent / "shared"))
+STAGES = ("read", "segment", "tokenize", "instances", "serialize", "write")
+_BOMS = (  # longest first: UTF-32-LE's BOM starts with UTF-16-LE's
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+# --- corpus ---------------------------------------------------------------------------------
+
+
+def list_documents(corpus: Path) -> List[str]:
+    """Every *.txt under ``corpus``, as sorted relative paths."""
+    return sorted(str(p.relative_to(corpus)) for p in corpus.rglob("*.txt") if p.is_file())
+
+
+def _distinct_copy(data: bytes, header: str) -> bytes:
+    """``data`` with ``header`` as its first paragraph, after a BOM and in the BOM's encoding."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return bom + (header + "\n\n").encode(encoding) + data[len(bom) :]
+    return (header + "\n\n").encode("utf-8") + data
+
+
+def prepare_corpus(corpus: Path, replicate: int, work_dir: Path) -> Dict[str, object]:
+    """Write the metadata file (and, for ``replicate`` > 1, K distinct copies of every document)."""
+    docs = list_documents(corpus)
+    if not docs:
+        raise SystemExit(f"benchmark: no *.txt files under {corpus}")
+    metadata = work_dir / "metadata.txt"
+    if replicate <= 1:
+        prefix = corpus
+        entries = docs
+    else:
+        prefix = work_dir / "corpus"
+        entries = []
+        for k in range(1, replicate + 1):
+            for rel in docs:
+                data = (corpus / rel).read_bytes()
+                name = f"copy{k:03d}/{rel}"
+                target = prefix / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(_distinct_copy(data, f"Copy {k} of {Path(rel).name}."))
+                entries.append(name)
+    metadata.write_text("\n".join(entries) + "\n", encoding="utf-8")
+    total = sum((prefix / e).stat().st_size for e in entries)
+    return {"metadata": str(metadata), "prefix": str(prefix), "documents": len(entries), "bytes": total}
+
+
+# --- RSS of a process tree ------------------------------------------------------------------
+
+
+def _children(pid: int) -> List[int]:
+    out: List[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                out.extend(int(x) for x in handle.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _children_by_scan() -> Dict[int, List[int]]:
+    tree: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def process_tree(root: int) -> List[int]:
+    tree = None if HAVE_CHILDREN_FILE else _children_by_scan()
+    pids, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        pids.append(pid)
+        stack.extend(_children(pid) if tree is None else tree.get(pid, []))
+    return pids
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class TreeRssSampler(threading.Thread):
+    """Max over time of the summed VmRSS of ``pid`` and all its descendants."""
+
+    def __init__(self, pid: int, interval_s: float) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_kb = 0
+        self.max_processes = 0
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            pids = process_tree(self.pid)
+            total = sum(rss_kb(p) for p in pids)
+            self.peak_kb = max(self.peak_kb, total)
+            self.max_processes = max(self.max_processes, len(pids))
+            self.samples += 1
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+# --- one measured run (child side) ----------------------------------------------------------
+
+
+def child_main(spec_json: str) -> int:
+    import logging
+    from collections import Counter
+
+    from bert_data.config import build_config
+    from bert_data.pipeline import run
+
+    logging.basicConfig(level=logging.WARNING)
+    spec = json.loads(spec_json)
+    config = build_config(spec)
+    seconds: Counter = Counter()
+    groups = [0]
+
+    def on_group(result) -> None:
+        seconds.update(result.seconds)
+        groups[0] += 1
+
+    started = time.perf_counter()
+    manifest = run(config, on_group=on_group)
+    wall = time.perf_counter() - started
+    out = {
+        "wall_s": wall,
+        "stage_seconds": {s: seconds.get(s, 0.0) for s in STAGES},
+        "groups": groups[0],
+        "input_bytes": manifest["input_bytes"],
+        "documents_read": manifest["documents"]["read"],
+        "documents_used": manifest["n_docs"],
+        "instances": manifest["n_examples"],
+        "tokens": manifest["tokens"],
+        "ru_maxrss_self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "ru_maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+    }
+    print("BENCH_RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+# --- parent side ----------------------------------------------------------------------------
+
+
+def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    load_before = os.getloadavg()[0]
+    usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    sampler = TreeRssSampler(proc.pid, interval_s)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    sampler.stop()
+    process_wall = time.perf_counter() - started
+    usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark: child failed (exit {proc.returncode}):\n{stderr[-4000:]}")
+    line = [x for x in stdout.splitlines() if x.startswith("BENCH_RESULT ")][-1]
+    result = json.loads(line[len("BENCH_RESULT ") :])
+    result["process_wall_s"] = process_wall
+    # CPU of the child and every descendant it waited for (its workers): robust to other load.
+    result["cpu_s"] = (usage_after.ru_utime - usage_before.ru_utime) + (usage_after.ru_stime - usage_before.ru_stime)
+    result["loadavg_1min_before"] = load_before
+    result["peak_rss_tree_mb"] = sampler.peak_kb / 1024
+    result["max_processes"] = sampler.max_processes
+    result["rss_samples"] = sampler.samples
+    wall = result["wall_s"]
+    result["mb_per_s"] = result["input_bytes"] / 1e6 / wall
+    result["docs_per_s"] = result["documents_read"] / wall
+    result["instances_per_s"] = result["instances"] / wall
+    result["mb_per_cpu_s"] = result["input_bytes"] / 1e6 / result["cpu_s"]
+    total = sum(result["stage_seconds"].values()) or 1.0
+    result["stage_share"] = {s: result["stage_seconds"][s] / total for s in STAGES}
+    return result
+
+
+def _summary(values: Sequence[float]) -> Dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
+    keys = ("mb_per_s", "docs_per_s", "instances_per_s", "peak_rss_tree_mb", "wall_s", "process_wall_s",
+            "cpu_s", "mb_per_cpu_s", "loadavg_1min_before")
+    out: Dict[str, object] = {k: _summary([r[k] for r in runs]) for k in keys}
+    out["stage_share"] = {s: statistics.median(r["stage_share"][s] for r in runs) for s in STAGES}
+    out["stage_seconds"] = {s: statistics.median(r["stage_seconds"][s] for r in runs) for s in STAGES}
+    for k in ("input_bytes", "documents_read", "instances", "groups", "max_processes"):
+        out[k] = runs[0][k] if k != "max_processes" else max(r[k] for r in runs)
+    out["runs"] = runs
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", default=str(SHARED / "corpus"), help="directory of *.txt documents (default ../shared/corpus)")
+    parser.add_argument("--vocab_file", default=str(SHARED / "vocab" / "bert-base-uncased-vocab.txt"))
+    parser.add_argument("--do_lower_case", default=True, action=argparse.BooleanOptionalAction)
+    parser.add_argument("--replicate", type=int, default=1, help="K distinct copies of every document (default 1)")
+    parser.add_argument("--dupe_factor", type=int, default=10)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--max_predictions_per_seq", type=int, default=20)
+    parser.add_argument("--split_num", type=int, default=1000)
+    parser.add_argument("--num_output_files", type=int, default=10)
+    parser.add_argument("--compression", choices=("none", "gzip"), default="none")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts, one result each")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs per worker count (median reported)")
+    parser.add_argument("--sample_ms", type=float, default=50.0, help="RSS sampling interval")
+    parser.add_argument("--work_dir", default=None, help="where the replicated corpus and outputs go (default: a tmp dir)")
+    parser.add_argument("--json", dest="json_out", help="write every run and the summary to this JSON file")
+    args = parser.parse_args(argv)
+    if args.child:
+        return child_main(args.child)
+
+    corpus = Path(args.corpus)
+    if not corpus.is_dir():
+        parser.error(f"--corpus {corpus} is not a directory")
+    work_dir = Path(tempfile.mkdtemp(prefix="bert_data_bench_", dir=args.work_dir))
+    try:
+        info = prepare_corpus(corpus, args.replicate, work_dir)
+        print(
+            f"corpus {corpus} x{args.replicate}: {info['documents']} documents, {info['bytes'] / 1e6:.2f} MB; "
+            f"dupe_factor {args.dupe_factor}, max_seq_length {args.max_seq_length}, split_num {args.split_num}, "
+            f"compression {args.compression}; {args.runs} runs per worker count",
+            flush=True,
+        )
+        results: Dict[int, Dict[str, object]] = {}
+        for workers in args.workers:
+            runs = []
+            for i in range(args.runs):
+                out_dir = work_dir / f"out_w{workers}_r{i}"
+                spec = {
+                    "metadata_files": [info["metadata"]],
+                    "input_files_prefix": info["prefix"],
+                    "vocab_file": args.vocab_file,
+                    "do_lower_case": args.do_lower_case,
+                    "dupe_factor": args.dupe_factor,
+                    "max_seq_length": args.max_seq_length,
+                    "max_predictions_per_seq": args.max_predictions_per_seq,
+                    "split_num": args.split_num,
+                    "num_output_files": args.num_output_files,
+                    "compression": args.compression,
+                    "seed": args.seed,
+                    "num_workers": workers,
+                    "output_dir": str(out_dir),
+                }
+                result = measure_once(spec, args.sample_ms / 1000.0)
+                shutil.rmtree(out_dir, ignore_errors=True)
+                runs.append(result)
+                print(
+                    f"  workers {workers} run {i + 1}: {result['mb_per_s']:.3f} MB/s, {result['wall_s']:.1f} s, "
+                    f"peak RSS {result['peak_rss_tree_mb']:.0f} MB, CPU {result['cpu_s']:.1f} s, "
+                    f"load {result['loadavg_1min_before']:.1f}",
+                    flush=True,
+                )
+            results[workers] = summarize(runs)
+        base = results.get(1)
+        for workers, summary in results.items():
+            if workers >= 2 and base is not None:
+                summary["parallel_efficiency"] = summary["mb_per_s"]["median"] / (workers * base["mb_per_s"]["median"])
+        report(results)
+        if args.json_out:
+            payload = {"args": {k: v for k, v in vars(args).items() if k != "child"}, "corpus": info,
+                       "results": {str(k): v for k, v in results.items()}}
+            Path(args.json_out).write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return 0
+
+
+def report(results: Dict[int, Dict[str, object]]) -> None:
+    def fmt(s: Dict[str, float], digits: int) -> str:
+        return f"{s['median']:.{digits}f} [{s['min']:.{digits}f}..{s['max']:.{digits}f}]"
+
+    print("\nmedian [min..max] per worker count")
+    for workers, s in results.items():
+        print(f"workers {workers}: {s['input_bytes'] / 1e6:.2f} MB, {s['documents_read']} docs, {s['instances']} instances, {s['groups']} groups")
+        print(f"  raw text MB/s  {fmt(s['mb_per_s'], 3)}")
+        print(f"  documents/s    {fmt(s['docs_per_s'], 1)}")
+        print(f"  instances/s    {fmt(s['instances_per_s'], 0)}")
+        print(f"  wall s (run)   {fmt(s['wall_s'], 2)}  (process {fmt(s['process_wall_s'], 2)})")
+        print(f"  CPU s (tree)   {fmt(s['cpu_s'], 2)}  -> {fmt(s['mb_per_cpu_s'], 3)} MB per CPU-s")
+        print(f"  load avg (1m)  {fmt(s['loadavg_1min_before'], 2)} before each run (other processes)")
+        print(f"  peak RSS MB    {fmt(s['peak_rss_tree_mb'], 0)}  (process tree, {s['max_processes']} processes)")
+        if "parallel_efficiency" in s:
+            print(f"  efficiency     {s['parallel_efficiency']:.2f}")
+        shares = ", ".join(f"{k} {v * 100:.1f}%" for k, v in s["stage_share"].items())
+        print(f"  stage shares   {shares}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

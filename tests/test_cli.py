@@ -1,0 +1,366 @@
+"""``create_tfrecords`` end to end in tmp_path: outputs readable by TensorFlow with the exact
+run_pretraining feature spec, determinism, flags, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+from bert_data.cli import main
+from bert_data.schema import tf_feature_spec
+from conftest import base_args, sentence, write_corpus, write_vocab
+
+L, P = 32, 5  # base_args' max_seq_length / max_predictions_per_seq
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+
+
+@pytest.fixture(scope="module")
+def tf():
+    import tensorflow
+
+    return tensorflow
+
+
+def read_records(tf, path: Path, max_seq_length=L, max_predictions=P, compression=None) -> List[Dict[str, np.ndarray]]:
+    spec = tf_feature_spec(max_seq_length, max_predictions)
+    dataset = tf.data.TFRecordDataset([str(path)], compression_type=compression)
+    return [{k: v.numpy() for k, v in tf.io.parse_single_example(raw, spec).items()} for raw in dataset]
+
+
+def manifest_of(out: Path) -> Dict:
+    return json.loads((out / "data_params.json").read_text(encoding="utf-8"))
+
+
+def shards_of(out: Path, name="examples") -> List[Path]:
+    return sorted(out.glob(f"{name}-*.tfrecords"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+
+
+def check_record(rec: Dict[str, np.ndarray], max_seq_length=L, max_predictions=P) -> None:
+    """Structural invariants of one parsed record."""
+    ids, mask, seg = rec["input_ids"], rec["input_mask"], rec["segment_ids"]
+    real = int(mask.sum())
+    assert mask.tolist() == [1] * real + [0] * (max_seq_length - real)
+    assert ids[0] == CLS and ids[real - 1] == SEP
+    assert (ids[real:] == PAD).all()
+    weights = rec["masked_lm_weights"]
+    count = int(weights.sum())
+    assert weights.tolist() == [1.0] * count + [0.0] * (max_predictions - count)
+    positions = rec["masked_lm_positions"][:count]
+    assert count >= 1 and (np.diff(positions) > 0).all()
+    restored = ids.copy()
+    restored[positions] = rec["masked_lm_ids"][:count]
+    seps = np.flatnonzero(restored == SEP).tolist()
+    assert len(seps) == 2 and seps[1] == real - 1
+    assert seg.tolist() == [0] * (seps[0] + 1) + [1] * (real - seps[0] - 1) + [0] * (max_seq_length - real)
+    assert seps[0] >= 2 and seps[1] - seps[0] >= 2, "A and B are non-empty"
+    assert set(positions.tolist()).isdisjoint({0, *seps}) and (positions < real).all()
+    assert rec["next_sentence_labels"].tolist() in ([0], [1])
+
+
+def run_ok(capsys, metadata, vocab, out, **flags) -> Dict:
+    code = main(base_args(metadata, vocab, out, **flags))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err
+    return manifest_of(out)
+
+
+def run_error(capsys, args) -> str:
+    code = main(args)
+    captured = capsys.readouterr()
+    assert code == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("create_tfrecords: error: ")
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+def check_output(tf, out: Path, manifest: Dict, num_output_files=3, compression=None, **sizes) -> List[Dict]:
+    shards = shards_of(out)
+    assert [p.name for p in shards] == [f"examples-{i}.tfrecords" for i in range(1, num_output_files + 1)]
+    assert sorted(manifest["instances_per_shard"]) == sorted(p.name for p in shards)
+    assert not (out / ".bert_data_work").exists()
+    records = []
+    for shard in shards:
+        shard_records = read_records(tf, shard, compression=compression, **sizes)
+        assert len(shard_records) == manifest["instances_per_shard"][shard.name]
+        records.extend(shard_records)
+    assert manifest["n_examples"] == sum(manifest["instances_per_shard"].values()) == len(records)
+    docs = manifest["documents"]
+    assert docs["read"] == docs["used"] + sum(docs["skipped"].values())
+    assert manifest["n_docs"] == docs["used"]
+    for rec in records:
+        check_record(rec, **sizes)
+    return records
+
+
+# --- successful runs -----------------------------------------------------------------------------
+
+
+def test_end_to_end(tf, capsys, tmp_path, tiny_corpus, tiny_vocab):
+    out = tmp_path / "out"
+    manifest = run_ok(capsys, tiny_corpus, tiny_vocab, out)
+    records = check_output(tf, out, manifest)
+    assert len(records) > 50
+    assert manifest["documents"] == {"read": 12, "used": 12, "skipped": {}}
+    assert manifest["max_seq_length"] == L and manifest["max_predictions_per_seq"] == P
+    assert manifest["metadata_entries"] == 12 and manifest["duplicate_metadata_entries"] == 0
+    labels = [int(r["next_sentence_labels"][0]) for r in records]
+    assert 0 < sum(labels) < len(labels)  # both NSP classes occur
+    assert manifest["schema"]["input_ids"]["length"] == L
+    assert manifest["schema"]["masked_lm_weights"]["dtype"] == "float32"
+
+
+def test_rerun_is_byte_identical_and_seed_changes_bytes(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    first, second, third = tmp_path / "one", tmp_path / "two", tmp_path / "three"
+    m1 = run_ok(capsys, tiny_corpus, tiny_vocab, first)
+    m2 = run_ok(capsys, tiny_corpus, tiny_vocab, second)
+    m3 = run_ok(capsys, tiny_corpus, tiny_vocab, third, seed=12345)
+    shards1, shards2, shards3 = shards_of(first), shards_of(second), shards_of(third)
+    assert [p.name for p in shards1] == [p.name for p in shards2]
+    for a, b in zip(shards1, shards2):
+        assert a.read_bytes() == b.read_bytes()
+    for key in ("output_dir",):
+        m1.pop(key), m2.pop(key)
+    assert m1 == m2
+    assert b"".join(p.read_bytes() for p in shards1) != b"".join(p.read_bytes() for p in shards3)
+    assert m3["seed"] == 12345
+
+
+def test_num_output_files_respected(tf, capsys, tmp_path, tiny_corpus, tiny_vocab):
+    out = tmp_path / "out"
+    manifest = run_ok(capsys, tiny_corpus, tiny_vocab, out, num_output_files=7)
+    check_output(tf, out, manifest, num_output_files=7)
+    assert len(list(out.glob("*.tfrecords"))) == 7
+    single = tmp_path / "single"
+    manifest = run_ok(capsys, tiny_corpus, tiny_vocab, single, num_output_files=1)
+    check_output(tf, single, manifest, num_output_files=1)
+
+
+def test_gzip_output_readable_by_tensorflow(tf, capsys, tmp_path, tiny_corpus, tiny_vocab):
+    plain, zipped = tmp_path / "plain", tmp_path / "gz"
+    m_plain = run_ok(capsys, tiny_corpus, tiny_vocab, plain)
+    m_gz = run_ok(capsys, tiny_corpus, tiny_vocab, zipped, compression="gzip")
+    records = check_output(tf, zipped, m_gz, compression="GZIP")
+    for shard in shards_of(zipped):
+        assert shard.read_bytes()[:2] == b"\x1f\x8b"
+    # compression changes the container only: the same records come back
+    plain_records = [r for shard in shards_of(plain) for r in read_records(tf, shard)]
+    assert len(plain_records) == len(records) == m_plain["n_examples"]
+    for a, b in zip(plain_records, records):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_single_sentence_per_line(tf, capsys, tmp_path, tiny_vocab):
+    root = tmp_path / "corpus"
+    (root / "docs").mkdir(parents=True)
+    names = []
+    for d in range(6):
+        lines = [sentence(d * 13 + s, 6 + s % 5).rstrip(".") for s in range(10)]  # no punctuation at all
+        (root / "docs" / f"d{d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        names.append(f"docs/d{d}.txt")
+    metadata = root / "metadata.txt"
+    metadata.write_text("\n".join(names) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    manifest = run_ok(capsys, metadata, tiny_vocab, out, single_sentence_per_line=True)
+    check_output(tf, out, manifest)
+    assert manifest["sentences"] == 60  # one sentence per line, none lost or split
+    assert manifest["documents"]["used"] == 6
+
+
+def test_multiple_docs_in_single_file(tf, capsys, tmp_path, tiny_vocab):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    docs = [" ".join(sentence(d * 5 + s) for s in range(6)) for d in range(8)]
+    (root / "all.txt").write_text(docs[0] + "\n@@@\n" + "\n@@@\n".join(docs[1:]), encoding="utf-8")
+    metadata = root / "metadata.txt"
+    metadata.write_text("all.txt\n", encoding="utf-8")
+    out = tmp_path / "out"
+    manifest = run_ok(
+        capsys, metadata, tiny_vocab, out, multiple_docs_in_single_file=True, multiple_docs_separator="\\n@@@\\n"
+    )
+    check_output(tf, out, manifest)
+    assert manifest["documents"] == {"read": 8, "used": 8, "skipped": {}}
+    assert manifest["multiple_docs_separator"] == "\n@@@\n"
+
+
+def test_mask_whole_word(tf, capsys, tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    tokens = vocab.read_text(encoding="utf-8").split("\n")
+    is_cont = np.array([t.startswith("##") for t in tokens if t], dtype=bool)
+    root = tmp_path / "corpus"
+    (root / "docs").mkdir(parents=True)
+    names = []
+    for d in range(6):
+        # out-of-vocabulary words become letter pieces: z ##e ##b ##r ##a ##s
+        text = " ".join(f"The zebras quickly jumped {sentence(d * 3 + s, 5)}" for s in range(8))
+        (root / "docs" / f"d{d}.txt").write_text(text, encoding="utf-8")
+        names.append(f"docs/d{d}.txt")
+    metadata = root / "metadata.txt"
+    metadata.write_text("\n".join(names), encoding="utf-8")
+    out = tmp_path / "out"
+    manifest = run_ok(capsys, metadata, vocab, out, mask_whole_word=True, masked_lm_prob=0.3,
+                      max_predictions_per_seq=12)
+    records = check_output(tf, out, manifest, max_predictions=12)
+    assert manifest["mask_whole_word"] is True
+    masked_continuations = 0
+    for rec in records:
+        count = int(rec["masked_lm_weights"].sum())
+        positions = set(rec["masked_lm_positions"][:count].tolist())
+        restored = rec["input_ids"].copy()
+        restored[list(positions)] = rec["masked_lm_ids"][:count]
+        real = int(rec["input_mask"].sum())
+        for j in range(2, real - 1):
+            if is_cont[restored[j]] and restored[j - 1] not in (CLS, SEP):
+                # j continues the word at j - 1: both masked or neither
+                assert (j in positions) == (j - 1 in positions), (restored.tolist(), sorted(positions))
+                masked_continuations += j in positions
+    assert masked_continuations > 0  # the test did exercise multi-piece words
+
+
+def test_skipped_documents_are_counted(tf, capsys, tmp_path, tiny_vocab):
+    root = tmp_path / "corpus"
+    metadata = write_corpus(root, n_docs=4)
+    docs = root / "docs"
+    (docs / "empty.txt").write_bytes(b"")
+    (docs / "blank.txt").write_text("   \n\n\t \n", encoding="utf-8")
+    (docs / "control.txt").write_text("\u200b\u200b\x01\x02 \u200d\ufeff\u200b\n", encoding="utf-8")
+    (docs / "binary.bin").write_bytes(b"\x00\x01\x02binary")
+    (docs / "subdir").mkdir()
+    extra = ["empty.txt", "blank.txt", "control.txt", "binary.bin", "subdir"]
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(docs / "pipe")
+        extra.append("pipe")
+    with metadata.open("a", encoding="utf-8") as handle:
+        handle.write("".join(f"docs/{name}\n" for name in extra))
+    out = tmp_path / "out"
+    manifest = run_ok(capsys, metadata, tiny_vocab, out)
+    check_output(tf, out, manifest)
+    expected_skips = {"empty": 2, "no_usable_sentence": 1, "binary": 1,
+                      "not_a_regular_file": 2 if "pipe" in extra else 1}
+    assert manifest["documents"] == {"read": 4 + len(extra), "used": 4, "skipped": expected_skips}
+
+
+def test_overwrite(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    out = tmp_path / "out"
+    run_ok(capsys, tiny_corpus, tiny_vocab, out)
+    before = {p.name: p.read_bytes() for p in shards_of(out)}
+    (out / "notes.txt").write_text("keep me", encoding="utf-8")
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, out))
+    assert "--overwrite" in line and "not empty" in line
+    assert {p.name: p.read_bytes() for p in shards_of(out)} == before  # untouched
+    manifest = run_ok(capsys, tiny_corpus, tiny_vocab, out, overwrite=True, num_output_files=2)
+    assert [p.name for p in shards_of(out)] == ["examples-1.tfrecords", "examples-2.tfrecords"]
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "keep me"
+    assert manifest["num_output_files"] == 2
+
+
+# --- errors: exit 2, one line, no traceback ------------------------------------------------------
+
+
+def test_missing_document(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    lines = tiny_corpus.read_text(encoding="utf-8").splitlines()
+    lines.insert(2, "docs/not_there.txt")
+    tiny_corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out"))
+    assert f"{tiny_corpus}:3" in line
+    assert "not_there.txt" in line
+    assert not (tmp_path / "out" / "data_params.json").exists()
+
+
+def test_empty_metadata(capsys, tmp_path, tiny_vocab):
+    metadata = tmp_path / "metadata.txt"
+    metadata.write_text("# nothing yet\n\n", encoding="utf-8")
+    line = run_error(capsys, base_args(metadata, tiny_vocab, tmp_path / "out"))
+    assert "no documents listed" in line and str(metadata) in line
+
+
+def test_missing_metadata_file(capsys, tmp_path, tiny_vocab):
+    line = run_error(capsys, base_args(tmp_path / "absent.txt", tiny_vocab, tmp_path / "out"))
+    assert "absent.txt" in line and "does not exist" in line
+
+
+def test_invalid_vocab_blank_line(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    tokens = tiny_vocab.read_text(encoding="utf-8").split("\n")
+    tokens.insert(7, "")
+    tiny_vocab.write_text("\n".join(tokens), encoding="utf-8")
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out"))
+    assert "line 8" in line and "blank" in line
+
+
+def test_missing_vocab_file_path(capsys, tmp_path, tiny_corpus):
+    line = run_error(capsys, base_args(tiny_corpus, tmp_path / "nope.txt", tmp_path / "out"))
+    assert "nope.txt" in line
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        ({"max_predictions_per_seq": 32}, "--max_predictions_per_seq"),
+        ({"max_predictions_per_seq": 40}, "--max_predictions_per_seq"),
+        ({"masked_lm_prob": 1.5}, "--masked_lm_prob"),
+        ({"short_seq_prob": -0.5}, "--short_seq_prob"),
+        ({"max_seq_length": 4, "max_predictions_per_seq": 2}, "--max_seq_length"),
+        ({"dupe_factor": 0}, "--dupe_factor"),
+        ({"vocab_file": None}, "--vocab_file"),
+        ({"metadata_files": None}, "--metadata_files"),
+        ({"name": "a/b"}, "--name"),
+        ({"spacy_model": "en_core_web_sm", "single_sentence_per_line": True}, "--single_sentence_per_line"),
+    ],
+)
+def test_bad_flags(capsys, tmp_path, tiny_corpus, tiny_vocab, flags, needle):
+    out = tmp_path / "out"
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, out, **flags))
+    assert needle in line
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unknown_spacy_model(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out", spacy_model="xx_missing_model_q"))
+    assert "python -m spacy download xx_missing_model_q" in line
+
+
+def test_config_preset_with_unknown_key(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("dupe_factr: 3\n", encoding="utf-8")
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out", config=str(preset)))
+    assert "dupe_factr" in line
+
+
+def test_config_preset_used_by_cli(tf, capsys, tmp_path, tiny_corpus, tiny_vocab):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("max_seq_length: 48\nmax_predictions_per_seq: 7\nnum_output_files: 2\n", encoding="utf-8")
+    out = tmp_path / "out"
+    # base_args passes --max_seq_length 32 / --max_predictions_per_seq 5 explicitly: those win
+    args = base_args(tiny_corpus, tiny_vocab, out, config=str(preset), num_output_files=None)
+    assert main(args) == 0
+    capsys.readouterr()
+    manifest = manifest_of(out)
+    assert (manifest["max_seq_length"], manifest["max_predictions_per_seq"]) == (32, 5)
+    assert manifest["num_output_files"] == 2  # from the preset
+    check_output(tf, out, manifest, num_output_files=2)
+
+
+def test_one_sentence_single_document_counts_negatives_unavailable(capsys, tmp_path, tiny_vocab):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "only.txt").write_text("The cat sat on the mat.\n", encoding="utf-8")
+    metadata = root / "metadata.txt"
+    metadata.write_text("only.txt\n", encoding="utf-8")
+    manifest = run_ok(capsys, metadata, tiny_vocab, tmp_path / "out")
+    assert manifest["n_examples"] == 0
+    assert manifest["documents"]["used"] == 1
+    assert manifest["nsp_negatives_unavailable"] == 2  # one per dupe pass (dupe_factor 2)
+
+
+def test_invalid_utf8_metadata_is_one_line_error(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    tiny_corpus.write_bytes(tiny_corpus.read_bytes() + b"docs/\xff.txt\n")
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out"))
+    assert "UTF-8" in line and f"{tiny_corpus}" in line and "line 13" in line

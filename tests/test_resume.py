@@ -1,0 +1,149 @@
+"""Crash safety: kill -9 at several points, Ctrl-C, write errors; --resume gives identical bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import base_args, write_corpus, write_vocab
+
+MANIFEST = "data_params.json"
+NON_OUTPUT = {"output_dir", "resume", "num_workers", "overwrite"}
+
+
+def _cli(args: List[str], env: Dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bert_data.cli", *args], capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=300, **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("resume")
+    metadata = write_corpus(root / "corpus", n_docs=24)
+    vocab = write_vocab(root / "vocab.txt")
+    reference = root / "reference"
+    args = base_args(metadata, vocab, reference, split_num=4)
+    assert _cli(args).returncode == 0
+    return {"metadata": metadata, "vocab": vocab, "reference": reference, "root": root}
+
+
+def _assert_same_output(out: Path, reference: Path) -> None:
+    shards = sorted(p.name for p in reference.glob("*.tfrecords"))
+    assert sorted(p.name for p in out.glob("*.tfrecords")) == shards
+    for name in shards:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    got = json.loads((out / MANIFEST).read_text())
+    want = json.loads((reference / MANIFEST).read_text())
+    for key in set(got) | set(want):
+        if key not in NON_OUTPUT:
+            assert got.get(key) == want.get(key), key
+    assert not (out / ".bert_data_work").exists()
+
+
+def _looks_complete(out: Path) -> bool:
+    return (out / MANIFEST).exists()
+
+
+@pytest.mark.parametrize(
+    "crash_at, workers",
+    [("appended:1", 1), ("checkpointed:0", 1), ("checkpointed:3", 2), ("appended:5", 2), ("published:0", 1)],
+)
+def test_kill_9_then_resume_is_byte_identical(corpus, tmp_path: Path, crash_at: str, workers: int) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4, num_workers=workers)
+    killed = _cli(args, env={"BERT_DATA_CRASH_AT": crash_at})
+    assert killed.returncode == -signal.SIGKILL
+    assert not _looks_complete(out)
+    again = _cli(args)  # neither --resume nor --overwrite: refuse, explain
+    assert again.returncode == 2
+    assert "interrupted run; pass --resume" in again.stderr
+    resumed = _cli(args + ["--resume", "--num_workers", "2"])
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_same_output(out, corpus["reference"])
+
+
+def test_resume_refuses_changed_settings(corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4)
+    assert _cli(args, env={"BERT_DATA_CRASH_AT": "checkpointed:1"}).returncode == -signal.SIGKILL
+    changed = _cli(args + ["--resume", "--dupe_factor", "3"])
+    assert changed.returncode == 2
+    assert changed.stderr.strip().splitlines() == [
+        f"create_tfrecords: error: --resume: settings differ from the interrupted run "
+        f"({out}/.bert_data_work/run.json): --dupe_factor was 2, now 3"
+    ]
+
+
+def test_resume_without_interrupted_run_is_an_error(corpus, tmp_path: Path) -> None:
+    result = _cli(base_args(corpus["metadata"], corpus["vocab"], tmp_path / "none") + ["--resume"])
+    assert result.returncode == 2
+    assert "--resume: no interrupted run in" in result.stderr
+
+
+def test_resume_of_a_complete_run_changes_nothing(corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4)
+    assert _cli(args).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert _cli(args + ["--resume"]).returncode == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def _limit_file_size(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_write_error_is_one_line_and_resumable(corpus, tmp_path: Path) -> None:
+    """RLIMIT_FSIZE makes writes fail like a full disk (EFBIG), even for root."""
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4)
+    full = _cli(args, preexec_fn=_limit_file_size(6000))
+    assert full.returncode == 2
+    lines = full.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("create_tfrecords: error: writing to --output_dir")
+    assert "File too large" in lines[0] and "--resume" in lines[0]
+    assert not list(out.glob("*.tfrecords")) and not _looks_complete(out)
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_same_output(out, corpus["reference"])
+
+
+def test_ctrl_c_stops_promptly_with_130_and_resumes(tmp_path: Path) -> None:
+    metadata = write_corpus(tmp_path / "corpus", n_docs=60)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    reference = tmp_path / "reference"
+    slow = {"split_num": 2, "dupe_factor": 20, "num_workers": 2}
+    assert _cli(base_args(metadata, vocab, reference, **slow)).returncode == 0
+    out = tmp_path / "out"
+    args = base_args(metadata, vocab, out, **slow)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bert_data.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    journal = out / ".bert_data_work" / "progress.json"
+    deadline = time.monotonic() + 120
+    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "run finished before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "interrupted; continue later with --resume" in stderr
+    assert "Traceback" not in stderr
+    assert not _looks_complete(out)
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_same_output(out, reference)

@@ -1,0 +1,64 @@
+"""create_tfrecords --validation_fraction / --validation_metadata_files: one run, two outputs,
+documents split before any instance is made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bert_data import split_metadata
+from bert_data.cli import main
+
+from conftest import base_args, write_corpus
+
+
+def _shards(directory: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*.tfrecords"))}
+
+
+def test_one_shot_split_equals_split_metadata_then_two_runs(tmp_path, tiny_vocab, capsys) -> None:
+    metadata = write_corpus(tmp_path / "corpus", n_docs=30)
+    out = tmp_path / "out"
+    assert main(base_args(metadata, tiny_vocab, out, validation_fraction=0.3, seed=7)) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("train: wrote") and "\nvalidation: wrote" in printed
+    train = json.loads((out / "train" / "data_params.json").read_text())
+    validation = json.loads((out / "validation" / "data_params.json").read_text())
+    assert train["split_role"] == "train" and validation["split_role"] == "validation"
+    assert train["documents"]["read"] + validation["documents"]["read"] == 30
+    assert 0 < validation["documents"]["read"] < 30
+
+    lists = tmp_path / "lists"
+    assert split_metadata.main([
+        "--metadata_files", str(metadata), "--validation_fraction", "0.3", "--seed", "7", "--output_dir", str(lists),
+    ]) == 0
+    for side, name in (("train", "train_metadata.txt"), ("validation", "validation_metadata.txt")):
+        separate = tmp_path / f"separate_{side}"
+        args = base_args(lists / name, tiny_vocab, separate, seed=7)
+        args[args.index("--input_files_prefix") + 1] = str(metadata.parent)
+        assert main(args) == 0
+        assert _shards(separate) == _shards(out / side), side
+
+
+def test_validation_metadata_files_are_kept_out_of_train(tmp_path, tiny_vocab) -> None:
+    metadata = write_corpus(tmp_path / "corpus", n_docs=12)
+    held_out = tmp_path / "corpus" / "validation.txt"
+    held_out.write_text("docs/doc003.txt\ndocs/doc007.txt\n")
+    out = tmp_path / "out"
+    assert main(base_args(metadata, tiny_vocab, out, validation_metadata_files=str(held_out))) == 0
+    train = json.loads((out / "train" / "data_params.json").read_text())
+    validation = json.loads((out / "validation" / "data_params.json").read_text())
+    assert train["documents"]["read"] == 10 and validation["documents"]["read"] == 2
+
+
+def test_split_errors_are_one_line(tmp_path, tiny_vocab, capsys) -> None:
+    metadata = write_corpus(tmp_path / "corpus", n_docs=3)
+    cases = {
+        "--validation_fraction 1.5 must be in (0, 1)": dict(validation_fraction=1.5),
+        "contradict each other": dict(validation_fraction=0.5, validation_metadata_files=str(metadata)),
+        "leaves no document on the validation side; raise it": dict(validation_fraction=0.0001),
+    }
+    for expected, flags in cases.items():
+        assert main(base_args(metadata, tiny_vocab, tmp_path / "o", **flags)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("create_tfrecords: error:") and expected in err[0], err
