@@ -7,11 +7,11 @@ Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)
     driver:  metadata (scan + checks) ──► {work}/groups.jsonl   one line per group: index + sources
     Beam:    ReadFromText(groups.jsonl) ─► Reshuffle ─► ProcessGroup (DoFn; setup() builds the
              resources once per DoFn instance: spaCy and the tokenizer are never pickled)
-                 │  runs pipeline.process_group unchanged into a worker-local fragment and emits,
-                 │  per shard, (shard, (group, records, bytes)): the group's run of framed records
-                 │  for that shard (all dupe passes, in fragment order), plus the group's counters
-             ─► GroupByKey(shard) ─► WriteShard: spill the chunks to a worker-local temp file,
-                 sort by group index, copy them in that order through FileSystems.create into
+                 │  runs pipeline.process_group unchanged into a worker-local fragment and emits
+                 │  each of its segments, a run of framed records of one (dupe pass, shard), as
+                 │  (shard, (group, position in fragment, records, bytes)), plus the group's counters
+             ─► GroupByKey(shard) ─► WriteShard: spill the runs to a worker-local temp file,
+                 sort by (group, position), copy them in that order through FileSystems.create into
                  {work}/{name}-{i}.tfrecords.partial, FileSystems.rename to {name}-{i}.tfrecords
              ─► counts per shard + summed counters ─► {work}/result.json
     driver:  build_manifest (same function as the local runner) ─► data_params.json (last)
@@ -36,7 +36,8 @@ import re
 import shutil
 import stat
 import tempfile
-from collections import Counter
+import uuid
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -49,8 +50,8 @@ log = logging.getLogger("bert_data")
 
 BEAM_REQUIREMENT = "apache-beam>=2.50"
 GROUPS_FILE = "groups.jsonl"
-RESULT_FILE = "result.json"
 _COPY_CHUNK = 8 << 20
+_FETCH_THREADS = 8
 _STAGE_THREADS = 16
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")
 
@@ -96,13 +97,9 @@ def _fs_create(path: str):
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    return FileSystems.create(path, mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED)
-
-
-def _fs_exists(path: str) -> bool:
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.exists(path)
+    return FileSystems.create(
+        path, mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
+    )
 
 
 def _fs_delete(paths: Sequence[str]) -> None:
@@ -145,7 +142,8 @@ def iter_sources(metadata_files: Sequence[str], prefix: str) -> Iterator[Documen
         except (OSError, Exception) as exc:  # Beam's BeamIOError and friends
             if isinstance(exc, BertDataError):
                 raise
-            raise MetadataError(f"metadata file {metadata_file} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+            reason = getattr(exc, "strerror", None) or exc
+            raise MetadataError(f"metadata file {metadata_file} cannot be read ({reason})") from None
         line_number = 0
         with handle:
             try:
@@ -208,25 +206,43 @@ def decode_group(line: str, metadata_files: Sequence[str]) -> Tuple[int, List[Do
 def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool) -> str:
     """:func:`bert_data.writer.prepare_output_dir` for a remote ``output_dir``: only files a run
     of ours owns are removed (the manifest first), and only with ``overwrite``."""
-    from apache_beam.io.filesystems import FileSystems
-
-    def listing(pattern: str) -> List[str]:
-        try:
-            return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-        except Exception:  # BeamIOError: nothing matches
-            return []
-
     work_dir = _join(output_dir, WORK_DIR_NAME)
-    top = listing(_join(output_dir, "*"))
-    work = listing(_join(work_dir, "*"))
+    top = _listing(_join(output_dir, "*"))
+    work = _listing(_join(work_dir, "*")) + _listing(_join(work_dir, "fragments", "*"))
     if (top or work) and not overwrite:
-        raise OutputError(f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output")
+        raise OutputError(
+            f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
+        )
     if overwrite:
         _fs_delete([_join(output_dir, MANIFEST_NAME)])
         ours = re.compile(re.escape(name) + r"-.*\.tfrecords$")
         _fs_delete([p for p in top if ours.match(p.rstrip("/").rsplit("/", 1)[-1])])
-        _fs_delete(work)
+        _delete_files(work)
     return work_dir
+
+
+def _listing(pattern: str) -> List[str]:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+    except Exception:  # BeamIOError: nothing matches
+        return []
+
+
+def _delete_files(paths: Sequence[str], batch: int = 1000) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    for start in range(0, len(paths), batch):
+        FileSystems.delete(list(paths[start:start + batch]))
+
+
+def remove_remote_work_dir(work_dir: str) -> None:
+    """Everything a run put under a remote work dir (object stores have no directories)."""
+    try:
+        _delete_files(_listing(_join(work_dir, "fragments", "*")) + _listing(_join(work_dir, "*")))
+    except Exception as exc:  # leftovers cost storage, not correctness: the next run overwrites them
+        log.warning("could not remove %s (%s); delete it by hand", work_dir, exc)
 
 
 def _write_json(path: str, payload: Dict) -> None:
@@ -252,7 +268,9 @@ def _read_bytes(path: str) -> bytes:
 # --- the DoFns (workers) ---------------------------------------------------------------------
 
 
-def _stage_remote_sources(sources: Sequence[DocumentSource], stage_dir: str) -> Tuple[List[DocumentSource], Dict[str, str]]:
+def _stage_remote_sources(
+    sources: Sequence[DocumentSource], stage_dir: str
+) -> Tuple[List[DocumentSource], Dict[str, str]]:
     """Copy the remote documents of a group to ``stage_dir`` (in parallel); local ones are kept.
 
     The staged copy keeps the base name (compression is recognised by extension, too) and the
@@ -282,22 +300,89 @@ def _stage_remote_sources(sources: Sequence[DocumentSource], stage_dir: str) -> 
     return staged, renames
 
 
-def _read_segments(path: str, segments) -> Iterator[Tuple[int, int, bytes]]:
-    """(shard, records, bytes) per shard: the group's segments of that shard concatenated in
-    fragment order (dupe pass order), which is what the local assembler appends."""
+# Object stores publish an object atomically when its upload closes: no temp name needed there.
+_ATOMIC_SCHEMES = ("gs", "s3", "azfs")
+
+
+def fragment_name(work_dir: str, group_index: int) -> str:
+    return _join(work_dir, "fragments", f"g{group_index:09d}.frag")
+
+
+def _atomic_create(path: str):
+    """(handle, commit): write ``path`` so that a reader never sees a partial file."""
+    from apache_beam.io.filesystems import FileSystems
+
+    scheme = path.split("://", 1)[0] if is_remote(path) else None
+    if scheme in _ATOMIC_SCHEMES:
+        return _fs_create(path), lambda: None
+    if not is_remote(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    return _fs_create(tmp), lambda: FileSystems.rename([tmp], [path])
+
+
+def publish_fragment(local_path: str, segments, shared_path: str) -> List[Tuple[int, int, int, int]]:
+    """Copy a group's fragment to the shared work dir re-ordered *shard-major*; returns
+    (shard, offset, length, records) per shard present. Each shard's runs (every dupe pass, in
+    fragment order, as the local assembler appends them) become one contiguous byte range."""
     by_shard: Dict[int, list] = {}
     for segment in segments:
         by_shard.setdefault(segment.shard, []).append(segment)
-    with open(path, "rb") as handle:
-        for shard in sorted(by_shard):
-            parts = []
-            for segment in by_shard[shard]:
-                handle.seek(segment.offset)
-                data = handle.read(segment.length)
-                if len(data) != segment.length:
-                    raise RuntimeError(f"fragment {path} ended early")
-                parts.append(data)
-            yield shard, sum(s.records for s in by_shard[shard]), b"".join(parts)
+    out, commit = _atomic_create(shared_path)
+    entries = []
+    offset = 0
+    try:
+        with open(local_path, "rb") as src:
+            for shard in sorted(by_shard):
+                start = offset
+                for segment in by_shard[shard]:
+                    src.seek(segment.offset)
+                    left = segment.length
+                    while left > 0:
+                        data = src.read(min(left, _COPY_CHUNK))
+                        if not data:
+                            raise RuntimeError(f"fragment {local_path} ended early")
+                        out.write(data)
+                        left -= len(data)
+                    offset += segment.length
+                entries.append((shard, start, offset - start, sum(s.records for s in by_shard[shard])))
+    finally:
+        out.close()
+    commit()
+    return entries
+
+
+def _fetch(path: str, offset: int, length: int) -> bytes:
+    with _fs_open(path) if is_remote(path) else open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(length)
+    if len(data) != length:
+        raise RuntimeError(f"{path}: expected {length} bytes at offset {offset}, got {len(data)}")
+    return data
+
+
+def copy_runs(runs: Sequence[Tuple[str, int, int]], out, threads: int = _FETCH_THREADS) -> int:
+    """Append the byte ranges (path, offset, length) to ``out`` in order, reading ahead in
+    parallel (object stores are latency bound). Ranges are cut into pieces of at most
+    ``_COPY_CHUNK`` bytes and at most ``threads`` pieces are held: memory <= threads * chunk."""
+    pieces = []
+    for path, offset, length in runs:
+        for start in range(offset, offset + length, _COPY_CHUNK):
+            pieces.append((path, start, min(_COPY_CHUNK, offset + length - start)))
+    written = 0
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        pending: deque = deque()
+        for piece in pieces:
+            pending.append(pool.submit(_fetch, *piece))
+            if len(pending) >= threads:
+                data = pending.popleft().result()
+                out.write(data)
+                written += len(data)
+        while pending:
+            data = pending.popleft().result()
+            out.write(data)
+            written += len(data)
+    return written
 
 
 _root = logging.getLogger()
@@ -314,14 +399,17 @@ finally:
 if beam is not None:
 
     class ProcessGroupFn(beam.DoFn):
-        """One group: ``pipeline.process_group`` unchanged, output split into per-shard chunks."""
+        """One group: ``pipeline.process_group`` unchanged into a worker-local fragment, then
+        published shard-major to ``{work}/fragments/``; emits (shard, index entry) per shard
+        and the group's counters. Re-running a group rewrites the same bytes (retries are safe)."""
 
         STATS = "stats"
 
-        def __init__(self, config: Config, vocab_bytes: bytes, metadata_files: Sequence[str]) -> None:
+        def __init__(self, config: Config, vocab_bytes: bytes, metadata_files: Sequence[str], work_dir: str) -> None:
             self._config = config
             self._vocab_bytes = vocab_bytes
             self._metadata_files = list(metadata_files)
+            self._shared_work_dir = work_dir
             self._groups = Metrics.counter("bert_data", "groups")
             self._instances = Metrics.counter("bert_data", "instances")
             self._documents = Metrics.counter("bert_data", "documents_read")
@@ -354,10 +442,14 @@ if beam is not None:
             finally:
                 shutil.rmtree(stage_dir, ignore_errors=True)
             try:
-                for shard, records, data in _read_segments(result.fragment_path, result.segments):
-                    yield shard, (group_index, records, data)
+                entries = []
+                if result.segments:
+                    shared = fragment_name(self._shared_work_dir, group_index)
+                    entries = publish_fragment(result.fragment_path, result.segments, shared)
             finally:
                 os.unlink(result.fragment_path)
+            for shard, offset, length, records in entries:
+                yield shard, (group_index, offset, length, records)
             self._groups.inc()
             self._instances.inc(int(result.stats.get("instances", 0)))
             self._documents.inc(int(result.stats.get("documents.read", 0)))
@@ -367,11 +459,11 @@ if beam is not None:
             shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)
 
     class WriteShardFn(beam.DoFn):
-        """One shard: its (group, records, bytes) chunks in group order, to a temp name, renamed.
-
-        Memory stays at one copy buffer: chunks are spilled to a worker-local temp file as they
-        arrive (local disk needed: the shard's size), only (group, offset, length) is sorted.
-        """
+        """One shard: sort its index entries (group, offset, length, records) by group, copy
+        the byte ranges from the groups' fragments in that order into
+        ``{work}/{name}-{i}.tfrecords.partial``, rename it to ``{output_dir}/{name}-{i}.tfrecords``.
+        Only index entries go through the shuffle (tens of bytes per group and shard); memory is
+        those entries plus ``_FETCH_THREADS * _COPY_CHUNK`` (64 MiB) of read-ahead."""
 
         def __init__(self, output_dir: str, work_dir: str, name: str, num_shards: int) -> None:
             self._output_dir = output_dir
@@ -381,36 +473,22 @@ if beam is not None:
         def process(self, element):
             from apache_beam.io.filesystems import FileSystems
 
-            shard, chunks = element
-            index = []
-            with tempfile.TemporaryFile(prefix="bert_data_shard_") as spill:
-                for chunk in chunks:
-                    if chunk is None:  # the marker every shard gets, so empty shards are written too
-                        continue
-                    group_index, records, data = chunk
-                    index.append((group_index, spill.tell(), len(data), records))
-                    spill.write(data)
-                index.sort()
-                groups = [entry[0] for entry in index]
-                if len(set(groups)) != len(groups):
-                    raise RuntimeError(f"shard {shard}: a group's chunk arrived twice")
-                final = _join(self._output_dir, self._names[shard])
-                partial = _join(self._work_dir, self._names[shard] + ".partial")
-                written = 0
-                out = _fs_create(partial)
-                try:
-                    for _group, offset, length, _records in index:
-                        spill.seek(offset)
-                        while length > 0:
-                            data = spill.read(min(length, _COPY_CHUNK))
-                            out.write(data)
-                            length -= len(data)
-                            written += len(data)
-                    if not is_remote(partial) and hasattr(out, "fileno"):
-                        out.flush()
-                        os.fsync(out.fileno())
-                finally:
-                    out.close()
+            shard, entries = element
+            index = sorted(entry for entry in entries if entry is not None)  # None: every shard's marker
+            groups = [entry[0] for entry in index]
+            if len(set(groups)) != len(groups):
+                raise RuntimeError(f"shard {shard}: a group arrived twice")
+            runs = [(fragment_name(self._work_dir, g), offset, length) for g, offset, length, _ in index]
+            final = _join(self._output_dir, self._names[shard])
+            partial = _join(self._work_dir, self._names[shard] + ".partial")
+            out = _fs_create(partial)
+            try:
+                written = copy_runs(runs, out)
+                if not is_remote(partial) and hasattr(out, "fileno"):
+                    out.flush()
+                    os.fsync(out.fileno())
+            finally:
+                out.close()
             FileSystems.rename([partial], [final])
             yield shard, sum(entry[3] for entry in index), written
 
@@ -422,10 +500,29 @@ def _sum_stats(values) -> Dict[str, int]:
     return dict(total)
 
 
-def _write_result(shard_counts, path: str, stats) -> None:
-    payload = {"shards": sorted([list(entry) for entry in shard_counts]), "stats": stats}
-    with _fs_create(path) if is_remote(path) else open(path, "wb") as handle:
-        handle.write(json.dumps(payload).encode("utf-8"))
+def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab_bytes: bytes, vocab_size: int,
+             fixed: Dict, work_dir: str) -> None:
+    """Last step, inside the pipeline (so a job whose driver went away still completes): the
+    manifest from the summed counters and per-shard counts, with the local runner's
+    ``build_manifest``; then the work dir is removed and ``data_params.json`` written, last."""
+    from .pipeline import build_manifest
+
+    names = shard_file_names(config.name, config.num_output_files)
+    records = {shard: count for shard, count, _bytes in shard_counts}
+    if sorted(records) != list(range(config.num_output_files)):
+        raise RuntimeError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
+    per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
+    with tempfile.TemporaryDirectory(prefix="bert_data_vocab_") as tmp:
+        vocab_path = os.path.join(tmp, "vocab.txt")
+        with open(vocab_path, "wb") as handle:
+            handle.write(vocab_bytes)
+        manifest = build_manifest(config.replace(vocab_file=vocab_path), Counter(stats), per_shard, summary, vocab_size)
+    manifest.update(fixed)  # the vocabulary as the user named it, not this worker's copy
+    if is_remote(work_dir):
+        remove_remote_work_dir(work_dir)
+    else:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    _write_json(_join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
 
 
 # --- driver ----------------------------------------------------------------------------------
@@ -473,10 +570,12 @@ def _error_from_runner(exc: Exception) -> BertDataError:
 def is_direct(options) -> bool:
     from apache_beam.options.pipeline_options import StandardOptions
 
-    return options.view_as(StandardOptions).runner in ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+    runner = options.view_as(StandardOptions).runner
+    return runner in ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
-def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, result_path: str):
+def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, finish: Dict):
+    """``finish``: the driver's part of the manifest (summary, vocab_size, fixed) for :func:`finalize`."""
     import apache_beam as beam
 
     n = config.num_output_files
@@ -485,7 +584,7 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
         | "ReadGroups" >> beam.io.ReadFromText(groups_path)
         | "Spread" >> beam.Reshuffle()
         | "ProcessGroup"
-        >> beam.ParDo(ProcessGroupFn(config, vocab_bytes, config.metadata_files)).with_outputs(
+        >> beam.ParDo(ProcessGroupFn(config, vocab_bytes, config.metadata_files, work_dir)).with_outputs(
             ProcessGroupFn.STATS, main="chunks"
         )
     )
@@ -500,7 +599,11 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
     (
         written
         | "ShardCounts" >> beam.combiners.ToList()
-        | "WriteResult" >> beam.Map(_write_result, result_path, stats=beam.pvalue.AsSingleton(stats))
+        | "Finalize"
+        >> beam.Map(
+            finalize, beam.pvalue.AsSingleton(stats), config, finish["summary"], vocab_bytes, finish["vocab_size"],
+            finish["fixed"], work_dir,
+        )
     )
 
 
@@ -529,7 +632,9 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
             log.warning(warning)
         summary = scan_sources(config.metadata_files, config.input_files_prefix)
         if summary.duplicate_entries:
-            log.warning("%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries)
+            log.warning(
+                "%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries
+            )
         options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
         # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
         # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
@@ -549,17 +654,25 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
                 )
             work_dir = prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
         groups_path = _join(work_dir, GROUPS_FILE)
-        result_path = _join(work_dir, RESULT_FILE)
         metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
         n_groups = 0
         with (_fs_create(groups_path) if is_remote(groups_path) else open(groups_path, "wb")) as handle:
-            for group_index, sources in iter_groups(iter_sources(config.metadata_files, config.input_files_prefix), config.split_num):
+            sources_stream = iter_sources(config.metadata_files, config.input_files_prefix)
+            for group_index, sources in iter_groups(sources_stream, config.split_num):
                 handle.write(encode_group(group_index, sources, metadata_index).encode("ascii") + b"\n")
                 n_groups += 1
-        log.info("beam: %d groups of up to %d documents, %d shards", n_groups, config.split_num, config.num_output_files)
+        log.info(
+            "beam: %d groups of up to %d documents, %d shards", n_groups, config.split_num, config.num_output_files
+        )
 
         pipeline = beam.Pipeline(options=options)
-        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, result_path)
+        # The manifest fields only the driver knows: the vocabulary as named (and resolved here).
+        template = build_manifest(config.replace(vocab_file=local_vocab), Counter(), {}, summary, len(vocab))
+        fixed = {"vocab_file": config.vocab_file}
+        if "vocab_path" in template:
+            fixed["vocab_path"] = config.vocab_file if is_remote(config.vocab_file) else template["vocab_path"]
+        finish = {"summary": summary, "vocab_size": len(vocab), "fixed": fixed}
+        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, finish)
         # The DirectRunner echoes its local workers' warnings (already on stderr) once more.
         echo = logging.getLogger("apache_beam.runners.portability.local_job_service")
         echo_level = echo.level
@@ -577,23 +690,6 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         if state is not None and str(state).split(".")[-1] not in ("DONE",):
             raise BeamPipelineError(f"the Beam pipeline ended in state {state}")
 
-        payload = json.loads(_read_bytes(result_path))
-        names = shard_file_names(config.name, config.num_output_files)
-        records = {shard: count for shard, count, _bytes in payload["shards"]}
-        if sorted(records) != list(range(config.num_output_files)):
-            raise BeamPipelineError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
-        per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
-        manifest_config = config if local_vocab == config.vocab_file else config.replace(vocab_file=local_vocab)
-        manifest = build_manifest(manifest_config, Counter(payload["stats"]), per_shard, summary, len(vocab))
-        if manifest_config is not config:
-            manifest["vocab_file"] = config.vocab_file
-            if "vocab_path" in manifest:
-                manifest["vocab_path"] = config.vocab_file
-        if is_remote(work_dir):
-            _fs_delete([groups_path, result_path])
-        else:
-            shutil.rmtree(work_dir, ignore_errors=True)
-        _write_json(_join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
-        return manifest
+        return json.loads(_read_bytes(_join(config.output_dir, MANIFEST_NAME)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -104,20 +104,32 @@ def make_dynamic_masker(
         keys = tf.random.stateless_uniform([length], seed=seeds[0], dtype=tf.float32)
         keys = tf.where(tf.range(length) < n_words, keys, 2.0)
         _, order = tf.math.top_k(-keys, k=length, sorted=True)  # words in random order, then dummies
+        # The greedy rule (take each word in turn if it still fits, stop once the budget is
+        # reached) without a loop over every word: while the running total fits, every word is
+        # taken (a prefix, found with a cumsum); after the first word that does not fit, the
+        # rest r is smaller than that word, so at most r more (short) words fit: a loop of at
+        # most r steps, each taking the next word no longer than what is left.
+        index = tf.range(length)
+        valid = index < n_words
+        ordered_len = tf.where(valid, tf.gather(word_len, order), budget + 1)
+        prefix = tf.cumsum(ordered_len) <= budget
+        taken = prefix
+        picked = tf.reduce_sum(tf.where(prefix, ordered_len, 0))
+        next_index = tf.reduce_sum(tf.cast(prefix, tf.int32)) + 1  # after the word that did not fit
 
-        def cond(j, picked, chosen):
-            return (j < n_words) & (picked < budget)
+        def cond(taken, left, next_index):
+            return (left > 0) & tf.reduce_any(valid & (index >= next_index) & (ordered_len <= left))
 
-        def body(j, picked, chosen):
-            w = order[j]
-            size = word_len[w]
-            fits = picked + size <= budget
-            chosen = tf.tensor_scatter_nd_update(chosen, [[w]], [fits])
-            return j + 1, picked + tf.where(fits, size, 0), chosen
+        def body(taken, left, next_index):
+            fits = valid & (index >= next_index) & (ordered_len <= left)
+            j = tf.cast(tf.argmax(tf.cast(fits, tf.int32)), tf.int32)  # the first that fits
+            taken = taken | tf.equal(index, j)
+            return taken, left - ordered_len[j], j + 1
 
-        _, _, chosen_words = tf.while_loop(
-            cond, body, (tf.constant(0), tf.constant(0), tf.zeros([length], tf.bool)), maximum_iterations=length
+        taken, _, _ = tf.while_loop(
+            cond, body, (taken, budget - picked, next_index), maximum_iterations=length
         )
+        chosen_words = tf.scatter_nd(order[:, None], tf.cast(taken, tf.int32), [length]) > 0
         safe_word = tf.clip_by_value(word_of_token, 0, length - 1)
         chosen = candidates & tf.gather(chosen_words, safe_word)
         word_coin = tf.random.stateless_uniform([length], seed=seeds[1], dtype=tf.float32)

@@ -168,3 +168,39 @@ def test_reader_errors(unmasked, tmp_path):
         pretraining_dataset(str(static), 4, SEQ, PRED, dynamic_masking=True, vocab_file=str(vocab2))
     batch = next(iter(pretraining_dataset(str(static), 2, SEQ, PRED, is_training=False)))
     assert set(batch) == {"input_ids", "input_mask", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"}
+
+
+def test_whole_words_follow_the_writers_greedy_rule():
+    """Words in random order, each taken if it still fits in the budget (instances._mask_whole_words),
+    recomputed here from the masker's own stateless draws."""
+    length, slots, prob, vocab = 48, 12, 0.25, 1000
+    table = np.zeros(vocab, bool)
+    table[600:] = True
+    masker = make_dynamic_masker(length, slots, prob, vocab, 4, [0, 2, 3, 4], is_continuation=table, mask_whole_word=True)
+    rng = np.random.default_rng(0)
+    for t in range(150):
+        real = int(rng.integers(3, length + 1))
+        ids = np.zeros(length, np.int32)
+        ids[:real] = rng.integers(10, vocab, real)
+        ids[0], ids[real - 1] = 2, 3
+        mask = (np.arange(length) < real).astype(np.int32)
+        seed = tf.constant([5, t], tf.int64)
+        out = masker({"input_ids": ids, "input_mask": mask}, seed)
+        cand = (mask > 0) & ~np.isin(ids, [0, 2, 3, 4])
+        word_start = cand & ~(np.concatenate([[False], cand[:-1]]) & table[ids])
+        word_of = np.cumsum(word_start) - 1
+        n_words = int(word_start.sum())
+        word_len = np.bincount(word_of[cand], minlength=length)
+        keys = tf.random.stateless_uniform([length], seed=tf.random.experimental.stateless_split(seed, num=3)[0]).numpy()
+        order = np.argsort(np.where(np.arange(length) < n_words, keys, 2.0), kind="stable")[:n_words]
+        budget = min(slots, max(1, round(real * prob)), int(cand.sum()))
+        picked, chosen = 0, set()
+        for w in order.tolist():
+            if picked >= budget:
+                break
+            if picked + word_len[w] <= budget:
+                picked += word_len[w]
+                chosen.add(w)
+        expected = [p for p in np.flatnonzero(cand).tolist() if word_of[p] in chosen]
+        count = int(out["masked_lm_weights"].numpy().sum())
+        assert out["masked_lm_positions"].numpy()[:count].tolist() == expected
