@@ -4,21 +4,24 @@
 
 Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)::
 
-    driver:  metadata (scan + checks) ──► {work}/groups.jsonl   one line per group: index + sources
-    Beam:    ReadFromText(groups.jsonl) ─► Reshuffle ─► ProcessGroup (DoFn; setup() builds the
-             resources once per DoFn instance: spaCy and the tokenizer are never pickled)
-                 │  runs pipeline.process_group unchanged into a worker-local fragment and emits
-                 │  each of its segments, a run of framed records of one (dupe pass, shard), as
-                 │  (shard, (group, position in fragment, records, bytes)), plus the group's counters
-             ─► GroupByKey(shard) ─► WriteShard: spill the runs to a worker-local temp file,
-                 sort by (group, position), copy them in that order through FileSystems.create into
-                 {work}/{name}-{i}.tfrecords.partial, FileSystems.rename to {name}-{i}.tfrecords
-             ─► counts per shard + summed counters ─► {work}/result.json
-    driver:  build_manifest (same function as the local runner) ─► data_params.json (last)
+    driver:  vocabulary, metadata scan (local documents checked), preflight build_resources
+             ─► {work}/groups.jsonl: one line per group = group index + its sources
+    Beam:    ReadFromText(groups.jsonl) ─► Reshuffle
+             ─► ProcessGroup: setup() builds the resources once per DoFn instance (spaCy and the
+                tokenizer are never pickled); process() stages remote documents locally, runs
+                pipeline.process_group unchanged into a worker-local fragment, publishes it
+                shard-major to {work}/fragments/g….frag and emits (shard, (group, offset, length,
+                records)) per shard plus the group's counters
+             ─► GroupByKey(shard) (+ a marker per shard, so empty shards are written too)
+             ─► WriteShard: sort the entries by group, copy the byte ranges in that order through
+                FileSystems into {work}/{name}-{i}.tfrecords.partial, rename to {name}-{i}.tfrecords
+             ─► Finalize: summed counters + records per shard ─► build_manifest (the local runner's)
+                ─► work dir removed ─► data_params.json, last (the commit point)
 
-Each shard is the concatenation, in group order, of the group's segments for that shard,
-which is exactly what the local ShardAssembler appends: the shards are byte-identical to a
-local run's for the same input, flags and seed (``tests/test_beam.py`` checks it).
+Each shard is the concatenation, in group order, of the group's runs for that shard (dupe
+passes in fragment order), which is exactly what the local ShardAssembler appends: the shards
+are byte-identical to a local run's for the same input, flags and seed (``tests/test_beam.py``
+checks it). Only index entries go through the shuffle, never records.
 
 Paths with a scheme (``gs://``, ``s3://``, ``hdfs://``, ...) are read and written through
 ``apache_beam.io.filesystems.FileSystems``: metadata files, documents (staged to a worker-local
@@ -29,6 +32,7 @@ then be shared by every worker (the DirectRunner, or an NFS mount).
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -418,6 +422,7 @@ if beam is not None:
             from .pipeline import build_resources
 
             self._tmp = tempfile.mkdtemp(prefix="bert_data_beam_")
+            atexit.register(shutil.rmtree, self._tmp, True)  # teardown() is best effort in Beam
             vocab_path = os.path.join(self._tmp, "vocab.txt")
             with open(vocab_path, "wb") as handle:
                 handle.write(self._vocab_bytes)

@@ -1,14 +1,26 @@
 """``inspect_tfrecords``: look inside BERT pretraining TFRecords, without TensorFlow.
 
+Four record layouts (:data:`bert_data.schema.SCHEMAS`) are understood: ``nsp`` and ``sop``
+(``[CLS] A [SEP] B [SEP]`` with ``segment_ids`` and ``next_sentence_labels``; for SOP label 1
+means A and B were swapped), ``mlm_only`` (``[CLS] window [SEP]`` with the masked-LM features
+only; the window may hold document separators) and ``unmasked`` (``input_ids`` and
+``input_mask`` only, masked in the reader). The layout of a directory's files is the one named
+by ``record_schema`` (or the features listed under ``schema``) in its ``data_params.json``,
+else the one whose feature names are exactly those of the first record (``nsp`` and ``sop``
+share names: without a manifest such records are reported as ``nsp``). Only the checks and
+statistics that apply to the layout are made.
+
 Two modes:
 
 * default: print the first ``-n`` instances decoded back to WordPiece text, segment A and B on
-  separate lines. Every masked-LM prediction position is written ``token{original}``: so
-  ``[MASK]{cat}`` was masked, ``dog{cat}`` was replaced by a random token and ``cat{cat}`` was
-  kept unchanged (but is still predicted).
+  separate lines (one token line for MLM-only and unmasked records). Every masked-LM
+  prediction position is written ``token{original}``: so ``[MASK]{cat}`` was masked,
+  ``dog{cat}`` was replaced by a random token and ``cat{cat}`` was kept unchanged (but is
+  still predicted).
 * ``--stats`` (implied by ``--json`` and ``--plot``): stream every record once and report the
-  instance count, histograms of real lengths and of predictions per instance, the NSP balance,
-  the mask composition, the ``[UNK]`` rate, and a check of every record against the schema
+  instance count, histograms of real lengths and (masked layouts) of predictions per
+  instance, the NSP or SOP label balance (paired layouts), the mask composition (masked
+  layouts), the ``[UNK]`` rate, and a check of every record against its schema
   (:mod:`bert_data.schema`) and of the files against ``data_params.json`` when there is one.
 
 Records are read with :func:`bert_data.records.iter_records` (plain or GZIP, CRC-checked) and
@@ -38,14 +50,24 @@ import numpy as np
 
 from .errors import BertDataError, RecordFormatError
 from .records import iter_records, masked_crc32c, parse_example
-from .schema import FEATURE_NAMES, NSP_FEATURES, feature_length
+from .schema import SCHEMAS, FeatureSpec, feature_length, objective_schema, schema_from_names
 
 PROG = "inspect_tfrecords"
 MANIFEST_NAME = "data_params.json"  # same name as bert_data.writer.MANIFEST_NAME (not imported: keep startup light)
 BATCH_SIZE = 1024
 MAX_REASONS = 10
 
-__all__ = ["main", "entry_point", "inspect_stats", "resolve_inputs", "decode_instance", "check_records"]
+__all__ = [
+    "main",
+    "entry_point",
+    "inspect_stats",
+    "resolve_inputs",
+    "decode_instance",
+    "decode_sequence",
+    "check_records",
+    "layout_from_names",
+    "manifest_layout",
+]
 
 
 class InspectError(BertDataError):
@@ -155,6 +177,110 @@ def detect_compression(path: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Record layouts
+# --------------------------------------------------------------------------------------------
+
+PAIRED_LAYOUTS = ("nsp", "sop")  # [CLS] A [SEP] B [SEP], segment_ids and next_sentence_labels
+OBJECTIVE_OF_LAYOUT = {"nsp": "mlm+nsp", "sop": "mlm+sop", "mlm_only": "mlm_only", "unmasked": "mlm_only"}
+
+
+def layout_specs(layout: str) -> Tuple[FeatureSpec, ...]:
+    return SCHEMAS[layout]
+
+
+def layout_names(layout: str) -> Tuple[str, ...]:
+    return tuple(f.name for f in SCHEMAS[layout])
+
+
+def is_paired(layout: Optional[str]) -> bool:
+    return layout in PAIRED_LAYOUTS
+
+
+def is_masked(layout: Optional[str]) -> bool:
+    return layout is not None and "masked_lm_positions" in layout_names(layout)
+
+
+def layout_from_names(names) -> str:
+    """The layout whose feature names are exactly ``names`` (``nsp`` for the NSP/SOP names);
+    when none matches, the closest one (fewest missing plus unexpected features), so that a
+    bad first record still gets the most useful complaints."""
+    names = set(names)
+    try:
+        return schema_from_names(names)
+    except ValueError:
+        pass
+    return min(("nsp", "mlm_only", "unmasked"), key=lambda key: len(names ^ set(layout_names(key))))
+
+
+def _flag_layout(data: Dict[str, Any]) -> Optional[str]:
+    """The layout the run settings recorded in a manifest write, when all three are there."""
+    flags = [data.get(k) for k in ("mlm_only", "sentence_order_prediction", "disable_masking")]
+    if not all(isinstance(v, bool) for v in flags):
+        return None
+    return objective_schema(*flags)
+
+
+def manifest_layout(manifest: "Manifest") -> Tuple[Optional[str], str, Optional[str]]:
+    """``(layout, where it came from, problem)`` from a ``data_params.json``: its
+    ``record_schema``, else the feature names listed under ``schema``, else the run settings
+    (``mlm_only``, ``sentence_order_prediction``, ``disable_masking``). ``layout`` is None when
+    the manifest says nothing usable (then the records decide); ``problem`` is set when
+    ``record_schema`` is there but is not a known layout."""
+    d = manifest.data
+    problem = None
+    named = d.get("record_schema")
+    if named is not None:
+        if isinstance(named, str) and named in SCHEMAS:
+            return named, f"record_schema in {manifest.path}", None
+        problem = f"record_schema is {named!r}, not one of {sorted(SCHEMAS)}"
+    schema = d.get("schema")
+    if isinstance(schema, dict):
+        try:
+            layout = schema_from_names(schema)
+        except ValueError:
+            layout = None
+        if layout is not None:
+            if layout == "nsp" and (d.get("sentence_order_prediction") is True or d.get("objective") == "mlm+sop"):
+                layout = "sop"
+            return layout, f"schema in {manifest.path}", problem
+    layout = _flag_layout(d)
+    if layout is not None:
+        return layout, f"run settings in {manifest.path}", problem
+    return None, "", problem
+
+
+def _names_source(layout: str, where: str) -> str:
+    text = f"feature names of the first record of {where}"
+    if layout == "nsp":
+        text += " (sop records have the same features: without data_params.json they are reported as nsp)"
+    return text
+
+
+@dataclass
+class Separator:
+    """What may sit between documents inside MLM-only windows (from ``data_params.json``)."""
+
+    token: Optional[str] = "[SEP]"  # --document_separator_token; None: windows never span documents
+
+    def id(self, vocab: Optional["VocabInfo"]) -> Optional[int]:
+        if vocab is None or self.token is None:
+            return None
+        try:
+            return vocab.tokens.index(self.token)
+        except ValueError:
+            return None
+
+
+def manifest_separator(manifest: Optional["Manifest"]) -> Separator:
+    if manifest is None:
+        return Separator()
+    if manifest.data.get("allow_cross_document_examples") is False:
+        return Separator(None)
+    token = manifest.data.get("document_separator_token")
+    return Separator(token if isinstance(token, str) and token else "[SEP]")
+
+
+# --------------------------------------------------------------------------------------------
 # Vocabulary
 # --------------------------------------------------------------------------------------------
 
@@ -212,15 +338,18 @@ def _kind(value: Any) -> str:
     return "int64_list"
 
 
-def structure_problem(example: Dict[str, Any], seq: int, pred: int) -> Optional[str]:
-    """First problem with the feature names, dtypes and lengths of one decoded record, or None."""
-    missing = [name for name in FEATURE_NAMES if name not in example]
+def structure_problem(example: Dict[str, Any], seq: int, pred: int, layout: str = "nsp") -> Optional[str]:
+    """First problem with the feature names, dtypes and lengths of one decoded record of the
+    given layout, or None."""
+    specs = layout_specs(layout)
+    names = [f.name for f in specs]
+    missing = [name for name in names if name not in example]
     if missing:
         return "missing feature(s) " + ", ".join(missing)
-    extra = sorted(set(example) - set(FEATURE_NAMES))
+    extra = sorted(set(example) - set(names))
     if extra:
         return "unexpected feature(s) " + ", ".join(repr(e) for e in extra)
-    for spec in NSP_FEATURES:
+    for spec in specs:
         value = example[spec.name]
         kind, want = _kind(value), _WANT_KIND[spec.dtype]
         if kind != want:
@@ -231,28 +360,29 @@ def structure_problem(example: Dict[str, Any], seq: int, pred: int) -> Optional[
     return None
 
 
-def check_records(batch: Dict[str, np.ndarray], vocab: Optional[VocabInfo]) -> List[Tuple[np.ndarray, str]]:
-    """Vectorised content checks of structurally valid records stacked as ``(n, k)`` arrays.
+def check_records(
+    batch: Dict[str, np.ndarray],
+    vocab: Optional[VocabInfo],
+    layout: str = "nsp",
+    separator_id: Optional[int] = None,
+) -> List[Tuple[np.ndarray, str]]:
+    """Vectorised content checks of structurally valid records of one layout stacked as
+    ``(n, k)`` arrays.
 
     Returns ``(bad_rows_bool, message)`` pairs, one per check. A prediction slot is a slot
     whose position is non-zero (position 0 is always ``[CLS]``, which is never masked).
+    ``separator_id`` is the MLM-only document separator (``None``: windows never span
+    documents); it is ignored for the paired (NSP/SOP) layouts. ``vocab.sep`` as separator
+    allows ``[SEP]`` inside MLM-only windows.
     """
+    paired, masked = is_paired(layout), is_masked(layout)
     ids = batch["input_ids"]
     mask = batch["input_mask"]
-    seg = batch["segment_ids"]
-    pos = batch["masked_lm_positions"]
-    mids = batch["masked_lm_ids"]
-    weights = batch["masked_lm_weights"]
-    labels = batch["next_sentence_labels"][:, 0]
     n, seq = ids.shape
-    npred = pos.shape[1]
     real = (mask == 1).sum(axis=1)
     run = np.arange(seq)[None, :] < real[:, None]
-    len_a = ((seg == 0) & run).sum(axis=1)
-    pred = pos != 0
-    k = pred.sum(axis=1)
-    prefix = np.arange(npred)[None, :] < k[:, None]
-    safe_pos = np.clip(pos, 0, seq - 1)
+    column = np.broadcast_to(np.arange(seq)[None, :], ids.shape)
+    r1 = np.arange(n)
 
     def any_row(bad: np.ndarray) -> np.ndarray:
         return bad.any(axis=1)
@@ -261,41 +391,101 @@ def check_records(batch: Dict[str, np.ndarray], vocab: Optional[VocabInfo]) -> L
         (any_row(~np.isin(mask, (0, 1))), "input_mask has values other than 0 and 1"),
         (any_row((mask == 1) != run), "input_mask is not a run of 1s followed by 0s"),
         (real == 0, "input_mask is all 0s (no real tokens)"),
-        (any_row(~np.isin(seg, (0, 1))), "segment_ids has values other than 0 and 1"),
-        (any_row((seg != 0) & ~run), "segment_ids is not 0 on padding"),
-        (any_row(np.diff(np.where(run, seg, 1), axis=1) < 0), "segment_ids is not 0s then 1s within input_mask"),
-        ((real > 0) & (len_a == 0), "segment A is empty (segment_ids starts with 1)"),
-        ((real > 0) & (len_a == real), "segment B is empty (no segment_ids 1 within input_mask)"),
-        (any_row((ids != 0) & ~run), "input_ids is not 0 on padding"),
-        (~np.isin(labels, (0, 1)), "next_sentence_labels is not 0 or 1"),
-        (any_row(pred != prefix), "masked_lm_positions has a padding 0 before a real prediction"),
-        (any_row(pos < 0), "masked_lm_positions has negative values"),
-        (any_row((np.diff(pos, axis=1) <= 0) & prefix[:, 1:]), "masked_lm_positions is not strictly ascending"),
-        (any_row((pos >= real[:, None]) & prefix), "masked_lm_positions points past the real length"),
-        (
-            any_row(((weights != 1.0) & prefix) | ((weights != 0.0) & ~prefix)),
-            "masked_lm_weights is not 1.0 exactly on the predictions and 0.0 elsewhere",
-        ),
-        (any_row((mids != 0) & ~prefix), "masked_lm_ids is not 0 on padding slots"),
     ]
+    len_a = np.zeros(n, np.int64)
+    if paired:
+        seg = batch["segment_ids"]
+        labels = batch["next_sentence_labels"][:, 0]
+        len_a = ((seg == 0) & run).sum(axis=1)
+        checks += [
+            (any_row(~np.isin(seg, (0, 1))), "segment_ids has values other than 0 and 1"),
+            (any_row((seg != 0) & ~run), "segment_ids is not 0 on padding"),
+            (any_row(np.diff(np.where(run, seg, 1), axis=1) < 0), "segment_ids is not 0s then 1s within input_mask"),
+            ((real > 0) & (len_a == 0), "segment A is empty (segment_ids starts with 1)"),
+            ((real > 0) & (len_a == real), "segment B is empty (no segment_ids 1 within input_mask)"),
+        ]
+    else:
+        checks.append(((real > 0) & (real < 3), "the window holds no token between [CLS] and [SEP]"))
+    checks.append((any_row((ids != 0) & ~run), "input_ids is not 0 on padding"))
+    if paired:
+        checks.append((~np.isin(labels, (0, 1)), "next_sentence_labels is not 0 or 1"))
+    prefix = np.zeros((n, 0), bool)
+    if masked:
+        pos = batch["masked_lm_positions"]
+        mids = batch["masked_lm_ids"]
+        weights = batch["masked_lm_weights"]
+        npred = pos.shape[1]
+        pred = pos != 0
+        k = pred.sum(axis=1)
+        prefix = np.arange(npred)[None, :] < k[:, None]
+        safe_pos = np.clip(pos, 0, seq - 1)
+        checks += [
+            (any_row(pred != prefix), "masked_lm_positions has a padding 0 before a real prediction"),
+            (any_row(pos < 0), "masked_lm_positions has negative values"),
+            (any_row((np.diff(pos, axis=1) <= 0) & prefix[:, 1:]), "masked_lm_positions is not strictly ascending"),
+            (any_row((pos >= real[:, None]) & prefix), "masked_lm_positions points past the real length"),
+            (
+                any_row(((weights != 1.0) & prefix) | ((weights != 0.0) & ~prefix)),
+                "masked_lm_weights is not 1.0 exactly on the predictions and 0.0 elsewhere",
+            ),
+            (any_row((mids != 0) & ~prefix), "masked_lm_ids is not 0 on padding slots"),
+        ]
     if vocab is None:
-        checks.append((any_row(ids < 0) | any_row((mids < 0) & prefix), "negative token id"))
+        negative = any_row(ids < 0)
+        if masked:
+            negative |= any_row((mids < 0) & prefix)
+        checks.append((negative, "negative token id"))
         return checks
     size = vocab.size
     last = np.clip(real - 1, 0, seq - 1)
-    end_a = np.clip(len_a - 1, 0, seq - 1)
-    r1 = np.arange(n)
+    rows = np.broadcast_to(r1[:, None], prefix.shape)
+    original = ids.copy()
+    is_pred = np.zeros(ids.shape, bool)
+    if masked:
+        original[rows[prefix], safe_pos[prefix]] = mids[prefix]
+        is_pred[rows[prefix], safe_pos[prefix]] = True
+    checks += [(any_row((ids < 0) | (ids >= size)), f"input_ids outside the vocabulary (0..{size - 1})")]
+    if masked:
+        checks.append(
+            (any_row(((mids < 0) | (mids >= size)) & prefix), f"masked_lm_ids outside the vocabulary (0..{size - 1})")
+        )
     checks += [
-        (any_row((ids < 0) | (ids >= size)), f"input_ids outside the vocabulary (0..{size - 1})"),
-        (any_row(((mids < 0) | (mids >= size)) & prefix), f"masked_lm_ids outside the vocabulary (0..{size - 1})"),
         ((real > 0) & (ids[:, 0] != vocab.cls), "input_ids does not start with [CLS]"),
         ((real > 0) & (ids[r1, last] != vocab.sep), "the last real token is not [SEP]"),
-        ((len_a > 0) & (ids[r1, end_a] != vocab.sep), "segment A does not end with [SEP]"),
-        (
-            any_row(((safe_pos == end_a[:, None]) | (safe_pos == last[:, None])) & prefix),
-            "a masked position is a [SEP]",
-        ),
+        (any_row((original == vocab.cls) & run & (column > 0)), "[CLS] after position 0"),
     ]
+    sep_in_run = (original == vocab.sep) & run
+    if paired:
+        end_a = np.clip(len_a - 1, 0, seq - 1)
+        checks += [
+            ((len_a > 0) & (ids[r1, end_a] != vocab.sep), "segment A does not end with [SEP]"),
+            (sep_in_run.sum(axis=1) != 2, "does not hold exactly 2 [SEP] (after A and after B)"),
+            (
+                any_row(((safe_pos == end_a[:, None]) | (safe_pos == last[:, None])) & prefix),
+                "a masked position is a [SEP]",
+            ),
+        ]
+    else:
+        if separator_id != vocab.sep:
+            what = (
+                "windows never span documents" if separator_id is None else f"the document separator is id {separator_id}"
+            )
+            checks.append(
+                (any_row(sep_in_run & (column < last[:, None])), f"[SEP] before the last real token ({what})")
+            )
+        if masked:
+            checks.append(
+                (
+                    any_row(((safe_pos == last[:, None]) | (mids == vocab.sep)) & prefix),
+                    "a masked position is a [SEP]",
+                )
+            )
+            if separator_id is not None and separator_id != vocab.sep:
+                checks.append((any_row((mids == separator_id) & prefix), "a masked position is the document separator"))
+    if masked:
+        checks.append((any_row((ids == vocab.mask) & run & ~is_pred), "[MASK] at a position that is not a prediction"))
+    else:
+        checks.append((any_row((ids == vocab.mask) & run), "input_ids holds [MASK] (unmasked records store no masks)"))
     return checks
 
 
@@ -313,17 +503,55 @@ def _grow_add(hist: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Group:
-    """Files of one directory: the manifest there, if any, and the expected lengths."""
+    """Files of one directory: the manifest there, if any, the layout and the expected lengths."""
 
     directory: str
     manifest: Optional[Manifest]
     seq: Optional[int] = None
     pred: Optional[int] = None
     lengths_from: str = ""
-    observed: Optional[Tuple[int, int]] = None  # input_ids / masked_lm_positions lengths of the first record
+    layout: Optional[str] = None  # a key of SCHEMAS; None until known
+    layout_from: str = ""
+    layout_problem: Optional[str] = None  # an unusable record_schema in the manifest
+    separator: Separator = field(default_factory=Separator)
+    observed_seq: Optional[int] = None  # input_ids length of the first record that has one
+    observed_pred: Optional[int] = None  # masked_lm_positions length of the first record that has one
     counts: Dict[str, int] = field(default_factory=dict)  # file basename -> records
     compressions: Dict[str, str] = field(default_factory=dict)
     dir_given: bool = False
+
+    @classmethod
+    def for_directory(cls, directory: str, dir_given: bool = False) -> "Group":
+        group = cls(directory, load_manifest(directory), dir_given=dir_given)
+        m = group.manifest
+        if m is not None:
+            group.layout, group.layout_from, group.layout_problem = manifest_layout(m)
+            group.separator = manifest_separator(m)
+            seq, pred = m.int_field("max_seq_length"), m.int_field("max_predictions_per_seq")
+            if seq and seq > 0:
+                group.seq, group.lengths_from = seq, m.path
+            if pred and pred > 0:
+                group.pred = pred
+        return group
+
+    def learn(self, where: str, example: Dict[str, Any]) -> None:
+        """Layout and lengths from a decoded record, for whatever the manifest left open."""
+        source = where.rsplit(" record ", 1)[0]
+        if self.layout is None:
+            self.layout = layout_from_names(example)
+            self.layout_from = _names_source(self.layout, source)
+        ids, positions = example.get("input_ids"), example.get("masked_lm_positions")
+        if isinstance(ids, np.ndarray):
+            if self.observed_seq is None:
+                self.observed_seq = len(ids)
+            if self.seq is None:
+                self.seq = len(ids)
+                self.lengths_from = f"first record of {source}"
+        if isinstance(positions, np.ndarray):
+            if self.observed_pred is None:
+                self.observed_pred = len(positions)
+            if self.pred is None:
+                self.pred = len(positions)
 
 
 class Accumulator:
@@ -336,11 +564,12 @@ class Accumulator:
         self.reason_counts: Counter = Counter()
         self.len_hist = np.zeros(1, np.int64)
         self.pred_hist = np.zeros(1, np.int64)
-        self.nsp = np.zeros(2, np.int64)
+        self.labels = {"nsp": np.zeros(2, np.int64), "sop": np.zeros(2, np.int64)}
         self.composition = np.zeros(3, np.int64)  # [MASK], kept, random
         self.real_tokens = 0
         self.unk_tokens = 0
         self.lengths_seen: Counter = Counter()
+        self.layouts: Counter = Counter()  # layout -> valid records
 
     def add_bad(self, where: str, messages: List[str]) -> None:
         self.bad += 1
@@ -358,25 +587,24 @@ class Accumulator:
             if isinstance(example, str):  # a malformed tf.train.Example
                 bad.append((index, where, [example]))
                 continue
-            ids, positions = example.get("input_ids"), example.get("masked_lm_positions")
-            if isinstance(ids, np.ndarray) and isinstance(positions, np.ndarray):
-                if group.seq is None:
-                    group.seq, group.pred = len(ids), len(positions)
-                    group.lengths_from = f"first record of {where.rsplit(' record ', 1)[0]}"
-                if group.observed is None:
-                    group.observed = (len(ids), len(positions))
+            group.learn(where, example)
+            layout = group.layout
+            assert layout is not None
             if group.seq is None:
-                problem: Optional[str] = structure_problem(example, 0, 0) or "missing feature(s)"
+                problem: Optional[str] = structure_problem(example, 0, 0, layout) or "missing feature(s)"
             else:
-                problem = structure_problem(example, group.seq, group.pred)
+                problem = structure_problem(example, group.seq, group.pred or 0, layout)
             if problem:
                 bad.append((index, where, [problem]))
             else:
                 good.append((index, where, example))
         ok = np.zeros(0, bool)
         if good:
-            batch = {name: np.stack([ex[name] for _, _, ex in good]) for name in FEATURE_NAMES}
-            checks = check_records(batch, self.vocab)
+            layout = group.layout
+            assert layout is not None
+            batch = {name: np.stack([ex[name] for _, _, ex in good]) for name in layout_names(layout)}
+            separator_id = group.separator.id(self.vocab)
+            checks = check_records(batch, self.vocab, layout, separator_id)
             bad_any = np.zeros(len(good), bool)
             for bad_rows, _ in checks:
                 bad_any |= bad_rows
@@ -387,32 +615,43 @@ class Accumulator:
             self.add_bad(where, messages)
         if not ok.any():
             return
-        self._accumulate({name: a[ok] for name, a in batch.items()})
+        self._accumulate({name: a[ok] for name, a in batch.items()}, layout, separator_id)
 
-    def _accumulate(self, b: Dict[str, np.ndarray]) -> None:
-        ids, mask, pos, mids = b["input_ids"], b["input_mask"], b["masked_lm_positions"], b["masked_lm_ids"]
+    def _accumulate(self, b: Dict[str, np.ndarray], layout: str, separator_id: Optional[int] = None) -> None:
+        ids, mask = b["input_ids"], b["input_mask"]
         n, seq = ids.shape
         self.valid += n
-        self.lengths_seen[(seq, pos.shape[1])] += n
+        self.layouts[layout] += n
         real = mask.sum(axis=1)
-        prefix = pos != 0
-        k = prefix.sum(axis=1)
         self.len_hist = _grow_add(self.len_hist, np.bincount(real, minlength=seq + 1))
-        self.pred_hist = _grow_add(self.pred_hist, np.bincount(k, minlength=pos.shape[1] + 1))
-        self.nsp += np.bincount(b["next_sentence_labels"][:, 0], minlength=2)[:2]
+        masked = is_masked(layout)
+        if masked:
+            pos, mids = b["masked_lm_positions"], b["masked_lm_ids"]
+            prefix = pos != 0
+            self.lengths_seen[(seq, pos.shape[1])] += n
+            self.pred_hist = _grow_add(self.pred_hist, np.bincount(prefix.sum(axis=1), minlength=pos.shape[1] + 1))
+        else:
+            self.lengths_seen[(seq, None)] += n
+        if is_paired(layout):
+            self.labels[layout] += np.bincount(b["next_sentence_labels"][:, 0], minlength=2)[:2]
         if self.vocab is None:
             return
         v = self.vocab
-        rows = np.broadcast_to(np.arange(n)[:, None], pos.shape)
-        current = ids[rows[prefix], pos[prefix]]
-        original = mids[prefix]
-        is_mask = current == v.mask
-        kept = ~is_mask & (current == original)
-        self.composition += [int(is_mask.sum()), int(kept.sum()), int((~is_mask & ~kept).sum())]
-        orig_ids = ids.copy()
-        orig_ids[rows[prefix], pos[prefix]] = original
+        orig_ids = ids
+        if masked:
+            rows = np.broadcast_to(np.arange(n)[:, None], pos.shape)
+            current = ids[rows[prefix], pos[prefix]]
+            original = mids[prefix]
+            is_mask = current == v.mask
+            kept = ~is_mask & (current == original)
+            self.composition += [int(is_mask.sum()), int(kept.sum()), int((~is_mask & ~kept).sum())]
+            orig_ids = ids.copy()
+            orig_ids[rows[prefix], pos[prefix]] = original
         run = mask == 1
-        special = np.isin(orig_ids, (v.pad, v.cls, v.sep, v.mask))
+        specials = [v.pad, v.cls, v.sep, v.mask]
+        if not is_paired(layout) and separator_id is not None and separator_id != v.unk:
+            specials.append(separator_id)
+        special = np.isin(orig_ids, specials)
         self.real_tokens += int((run & ~special).sum())
         self.unk_tokens += int((run & (orig_ids == v.unk)).sum())
 
@@ -479,26 +718,46 @@ def _check_manifest(group: Group, problems: List[str], warnings: List[str]) -> D
     def bad(msg: str) -> None:
         problems.append(f"{name}: {msg}")
 
+    layout = group.layout
+    if group.layout_problem:
+        bad(group.layout_problem)
     seq, pred = m.int_field("max_seq_length"), m.int_field("max_predictions_per_seq")
+    needs_pred = layout is None or is_masked(layout)
     for key, value in (("max_seq_length", seq), ("max_predictions_per_seq", pred)):
-        if value is None or value < 1:
+        if (value is None or value < 1) and (key == "max_seq_length" or needs_pred):
             bad(f"{key} is missing or not a positive integer ({d.get(key)!r})")
-    if group.observed is not None and seq and pred:
-        if group.observed[0] != seq:
-            bad(f"max_seq_length is {seq} but the records' input_ids have {group.observed[0]} values")
-        if group.observed[1] != pred:
+    if seq and group.observed_seq is not None and group.observed_seq != seq:
+        bad(f"max_seq_length is {seq} but the records' input_ids have {group.observed_seq} values")
+    if pred and is_masked(layout) and group.observed_pred is not None and group.observed_pred != pred:
+        bad(
+            f"max_predictions_per_seq is {pred} but the records' masked_lm_positions have "
+            f"{group.observed_pred} values"
+        )
+    if layout is not None:
+        objective = d.get("objective")
+        if isinstance(objective, str) and objective != OBJECTIVE_OF_LAYOUT[layout]:
+            bad(f"objective is {objective!r} but the records are {layout} records ({OBJECTIVE_OF_LAYOUT[layout]!r})")
+        by_flags = _flag_layout(d)
+        if by_flags is not None and by_flags != layout:
             bad(
-                f"max_predictions_per_seq is {pred} but the records' masked_lm_positions have "
-                f"{group.observed[1]} values"
+                f"the run settings (mlm_only={d.get('mlm_only')}, sentence_order_prediction="
+                f"{d.get('sentence_order_prediction')}, disable_masking={d.get('disable_masking')}) write "
+                f"{by_flags} records, but the records are {layout} records ({group.layout_from})"
             )
     schema = d.get("schema")
-    if isinstance(schema, dict) and seq and pred:
-        if sorted(schema) != sorted(FEATURE_NAMES):
-            bad(f"schema lists features {sorted(schema)}, expected {sorted(FEATURE_NAMES)}")
+    if isinstance(schema, dict) and seq and (pred or not needs_pred):
+        if layout is None:
+            try:
+                schema_from_names(schema)
+            except ValueError as exc:
+                bad(f"schema: {exc}")
+        elif sorted(schema) != sorted(layout_names(layout)):
+            want_names = sorted(layout_names(layout))
+            bad(f"schema lists features {sorted(schema)}, expected the {layout} features {want_names}")
         else:
-            for spec in NSP_FEATURES:
+            for spec in layout_specs(layout):
                 entry = schema[spec.name] if isinstance(schema[spec.name], dict) else {}
-                want = feature_length(spec, seq, pred)
+                want = feature_length(spec, seq, pred or 0)
                 if entry.get("dtype") != spec.dtype or entry.get("length") != want:
                     bad(
                         f"schema entry {spec.name} is {entry.get('dtype')}[{entry.get('length')}], "
@@ -557,13 +816,7 @@ def inspect_stats(
         directory = os.path.realpath(os.path.dirname(os.path.abspath(f.path)))
         group = groups.get(directory)
         if group is None:
-            group = Group(directory, load_manifest(directory), dir_given=directory in dirs_given)
-            if group.manifest is not None:
-                seq = group.manifest.int_field("max_seq_length")
-                pred = group.manifest.int_field("max_predictions_per_seq")
-                if seq and pred and seq > 0 and pred > 0:
-                    group.seq, group.pred = seq, pred
-                    group.lengths_from = group.manifest.path
+            group = Group.for_directory(directory, dir_given=directory in dirs_given)
             groups[directory] = group
         compression = detect_compression(f.path)
         before = acc.bad
@@ -587,12 +840,22 @@ def inspect_stats(
                 )
 
     lengths = [
-        {"directory": g.directory, "max_seq_length": g.seq, "max_predictions_per_seq": g.pred, "from": g.lengths_from}
+        {
+            "directory": g.directory,
+            "record_schema": g.layout,
+            "record_schema_from": g.layout_from,
+            "max_seq_length": g.seq,
+            "max_predictions_per_seq": g.pred if g.layout is None or is_masked(g.layout) else None,
+            "from": g.lengths_from,
+        }
         for g in groups.values()
     ]
+    layouts = {g.layout for g in groups.values() if g.layout is not None}
+    any_masked = any(is_masked(x) for x in layouts)
     masked = int(acc.composition.sum())
     report: Dict[str, Any] = {
         "files": file_reports,
+        "record_schema": (next(iter(layouts)) if len(layouts) == 1 else "mixed") if layouts else None,
         "instances": acc.records,
         "valid_instances": acc.valid,
         "bad_records": acc.bad,
@@ -600,12 +863,9 @@ def inspect_stats(
         "bad_reason_counts": dict(acc.reason_counts.most_common()),
         "lengths": lengths,
         "real_length": _hist_summary(acc.len_hist),
-        "masked_per_instance": _hist_summary(acc.pred_hist),
-        "nsp": {
-            "is_next": int(acc.nsp[0]),
-            "random_next": int(acc.nsp[1]),
-            "random_fraction": _frac(int(acc.nsp[1]), int(acc.nsp.sum())),
-        },
+        "masked_per_instance": _hist_summary(acc.pred_hist) if any_masked else None,
+        "nsp": None,
+        "sop": None,
         "mask_composition": None,
         "unk": None,
         "vocab_file": vocab.path if vocab else None,
@@ -613,16 +873,31 @@ def inspect_stats(
         "manifest_problems": problems,
         "warnings": warnings,
     }
-    if vocab is not None:
-        report["mask_composition"] = {
-            "predictions": masked,
-            "mask": int(acc.composition[0]),
-            "kept": int(acc.composition[1]),
-            "random": int(acc.composition[2]),
-            "mask_fraction": _frac(int(acc.composition[0]), masked),
-            "kept_fraction": _frac(int(acc.composition[1]), masked),
-            "random_fraction": _frac(int(acc.composition[2]), masked),
+    if "nsp" in layouts:
+        nsp = acc.labels["nsp"]
+        report["nsp"] = {
+            "is_next": int(nsp[0]),
+            "random_next": int(nsp[1]),
+            "random_fraction": _frac(int(nsp[1]), int(nsp.sum())),
         }
+    if "sop" in layouts:
+        sop = acc.labels["sop"]
+        report["sop"] = {
+            "in_order": int(sop[0]),
+            "swapped": int(sop[1]),
+            "swapped_fraction": _frac(int(sop[1]), int(sop.sum())),
+        }
+    if vocab is not None:
+        if any_masked:
+            report["mask_composition"] = {
+                "predictions": masked,
+                "mask": int(acc.composition[0]),
+                "kept": int(acc.composition[1]),
+                "random": int(acc.composition[2]),
+                "mask_fraction": _frac(int(acc.composition[0]), masked),
+                "kept_fraction": _frac(int(acc.composition[1]), masked),
+                "random_fraction": _frac(int(acc.composition[2]), masked),
+            }
         report["unk"] = {
             "tokens": acc.real_tokens,
             "unk": acc.unk_tokens,
@@ -667,23 +942,37 @@ def format_stats(report: Dict[str, Any]) -> str:
         f"instances: {report['instances']} ({report['valid_instances']} valid, {report['bad_records']} bad)"
     )
     for entry in report["lengths"]:
-        out.append(
-            f"max_seq_length {entry['max_seq_length']}, max_predictions_per_seq {entry['max_predictions_per_seq']}"
-            f" (from {entry['from'] or 'nowhere: no record readable'})"
-        )
+        layout = entry.get("record_schema")
+        if layout is not None:
+            out.append(f"record schema: {layout} (from {entry.get('record_schema_from') or 'nowhere'})")
+        lengths = f"max_seq_length {entry['max_seq_length']}"
+        if layout is None or is_masked(layout):
+            lengths += f", max_predictions_per_seq {entry['max_predictions_per_seq']}"
+        out.append(f"{lengths} (from {entry['from'] or 'nowhere: no record readable'})")
     rl = report["real_length"]
     out.append(f"real length (tokens incl. [CLS]/[SEP]): min {rl['min']}, mean {rl['mean']}, max {rl['max']}")
     out += _text_histogram(np.asarray(rl["histogram"]))
     mp = report["masked_per_instance"]
-    out.append(f"masked positions per instance: min {mp['min']}, mean {mp['mean']}, max {mp['max']}")
-    out += _text_histogram(np.asarray(mp["histogram"]))
-    nsp = report["nsp"]
-    out.append(
-        f"next sentence labels: {nsp['is_next']} is-next (0), {nsp['random_next']} random (1); "
-        f"random fraction {_pct(nsp['random_fraction'])}"
-    )
+    if mp is not None:
+        out.append(f"masked positions per instance: min {mp['min']}, mean {mp['mean']}, max {mp['max']}")
+        out += _text_histogram(np.asarray(mp["histogram"]))
+    nsp = report.get("nsp")
+    if nsp is not None:
+        out.append(
+            f"next sentence labels: {nsp['is_next']} is-next (0), {nsp['random_next']} random (1); "
+            f"random fraction {_pct(nsp['random_fraction'])}"
+        )
+    sop = report.get("sop")
+    if sop is not None:
+        out.append(
+            f"sentence order labels: {sop['in_order']} in order (0), {sop['swapped']} swapped (1); "
+            f"swapped fraction {_pct(sop['swapped_fraction'])}"
+        )
     mc = report["mask_composition"]
-    if mc is None:
+    if mp is None:
+        if report.get("record_schema") is not None:
+            out.append("mask composition: n/a (unmasked records: masks are drawn in the reader)")
+    elif mc is None:
         out.append("mask composition: n/a (no vocabulary; pass --vocab_file)")
     else:
         out.append(
@@ -711,41 +1000,79 @@ def format_stats(report: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def decode_instance(example: Dict[str, Any], vocab: VocabInfo) -> Tuple[str, str]:
-    """Segments A and B of one record as WordPiece text, predictions written ``token{original}``.
-
-    Tokens are those inside ``input_mask``; ``[CLS]`` and the ``[SEP]``s are shown as stored.
-    A slot with a non-zero weight is a prediction.
-    """
-    ids = np.asarray(example["input_ids"])
-    mask = np.asarray(example["input_mask"])
-    seg = np.asarray(example["segment_ids"])
-    original = {
+def _predicted_originals(example: Dict[str, Any]) -> Dict[int, int]:
+    if "masked_lm_positions" not in example:
+        return {}
+    return {
         int(p): int(m)
         for p, m, w in zip(example["masked_lm_positions"], example["masked_lm_ids"], example["masked_lm_weights"])
         if w != 0
     }
-    a: List[str] = []
-    b: List[str] = []
+
+
+def _real_tokens(example: Dict[str, Any], vocab: VocabInfo) -> List[Tuple[int, str]]:
+    """``(position, text)`` of every token inside ``input_mask``, predictions as ``token{original}``."""
+    ids = np.asarray(example["input_ids"])
+    mask = np.asarray(example["input_mask"])
+    original = _predicted_originals(example)
+    out = []
     for i in range(len(ids)):
         if mask[i] != 1:
             continue
         token = vocab.token(int(ids[i]))
         if i in original:
             token += "{" + vocab.token(original[i]) + "}"
+        out.append((i, token))
+    return out
+
+
+def decode_instance(example: Dict[str, Any], vocab: VocabInfo) -> Tuple[str, str]:
+    """Segments A and B of one NSP/SOP record as WordPiece text, predictions written ``token{original}``.
+
+    Tokens are those inside ``input_mask``; ``[CLS]`` and the ``[SEP]``s are shown as stored.
+    A slot with a non-zero weight is a prediction.
+    """
+    seg = np.asarray(example["segment_ids"])
+    a: List[str] = []
+    b: List[str] = []
+    for i, token in _real_tokens(example, vocab):
         (b if seg[i] == 1 else a).append(token)
     return " ".join(a), " ".join(b)
 
 
+def decode_sequence(example: Dict[str, Any], vocab: VocabInfo) -> str:
+    """The one token sequence of an MLM-only or unmasked record (``[CLS] window [SEP]``, any
+    document separators as stored), predictions written ``token{original}``."""
+    return " ".join(token for _, token in _real_tokens(example, vocab))
+
+
+def _label_text(label: Any, layout: str = "nsp") -> str:
+    if layout == "sop":
+        texts = {
+            0: "0 = A and B in document order",
+            1: "1 = A and B swapped (B precedes A in the document)",
+        }
+    else:
+        texts = {
+            0: "0 = B is the true next segment",
+            1: "1 = B is a random segment",
+        }
+    return texts.get(label, f"{label} (invalid: must be 0 or 1)")
+
+
 def _nsp_text(label: Any) -> str:
-    return {
-        0: "0 = B is the true next segment",
-        1: "1 = B is a random segment",
-    }.get(label, f"{label} (invalid: must be 0 or 1)")
+    return _label_text(label, "nsp")
 
 
 def _print_one(
-    where: str, example: Dict[str, Any], seq: Optional[int], pred: Optional[int], vocab: VocabInfo, out
+    where: str,
+    example: Dict[str, Any],
+    seq: Optional[int],
+    pred: Optional[int],
+    vocab: VocabInfo,
+    out,
+    layout: str = "nsp",
+    separator: Optional[Separator] = None,
 ) -> int:
     """Print one decoded record (and what is wrong with it); returns 1 if it is bad, else 0."""
     arrays = {k: v for k, v in example.items() if isinstance(v, np.ndarray)}
@@ -753,42 +1080,65 @@ def _print_one(
     positions = arrays.get("masked_lm_positions")
     s = seq or (len(ids) if ids is not None else 0)
     p = pred or (len(positions) if positions is not None else 0)
-    problem = structure_problem(example, s, p)
+    problem = structure_problem(example, s, p, layout)
     if problem:
         messages = [problem]
     else:
-        batch = {k: example[k][None, :] for k in FEATURE_NAMES}
-        messages = [msg for rows, msg in check_records(batch, vocab) if rows[0]]
-    core = ("input_ids", "input_mask", "segment_ids")
+        batch = {k: example[k][None, :] for k in layout_names(layout)}
+        separator_id = (separator or Separator()).id(vocab)
+        messages = [msg for rows, msg in check_records(batch, vocab, layout, separator_id) if rows[0]]
+    core = ("input_ids", "input_mask")
     decodable = all(k in arrays for k in core) and len({len(arrays[k]) for k in core}) == 1
+    split = (
+        decodable
+        and is_paired(layout)
+        and "segment_ids" in arrays
+        and len(arrays["segment_ids"]) == len(arrays["input_ids"])
+    )
+    predictions = decodable and all(
+        k in arrays and len(arrays[k]) == len(arrays["masked_lm_positions"])
+        for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+    )
     header = where
     if decodable:
         real = int((arrays["input_mask"] == 1).sum())
-        weights = arrays.get("masked_lm_weights", np.zeros(0))
-        labels = arrays.get("next_sentence_labels")
-        label = int(labels[0]) if labels is not None and len(labels) == 1 else None
-        header += (
-            f": {real}/{len(arrays['input_ids'])} tokens, {int((weights != 0).sum())} predictions, "
-            f"NSP label {_nsp_text(label)}"
-        )
+        header += f": {real}/{len(arrays['input_ids'])} tokens"
+        if is_masked(layout):
+            weights = arrays.get("masked_lm_weights", np.zeros(0))
+            header += f", {int((weights != 0).sum())} predictions"
+        else:
+            header += ", unmasked"
+        if is_paired(layout):
+            labels = arrays.get("next_sentence_labels")
+            label = int(labels[0]) if labels is not None and len(labels) == 1 else None
+            header += f", {'SOP' if layout == 'sop' else 'NSP'} label {_label_text(label, layout)}"
     print("\n" + header, file=out)
     if decodable:
-        for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
-            arrays.setdefault(k, np.zeros(0))
-        a_text, b_text = decode_instance(arrays, vocab)
-        print(f"  A: {a_text}", file=out)
-        print(f"  B: {b_text}", file=out)
+        shown = {k: arrays[k] for k in core}
+        if predictions:
+            shown.update({k: arrays[k] for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")})
+        if split:
+            shown["segment_ids"] = arrays["segment_ids"]
+            a_text, b_text = decode_instance(shown, vocab)
+            print(f"  A: {a_text}", file=out)
+            print(f"  B: {b_text}", file=out)
+        else:
+            print(f"  tokens: {decode_sequence(shown, vocab)}", file=out)
     if messages:
         print(f"  BAD: {'; '.join(messages)}", file=out)
         return 1
     return 0
 
 
+PREDICTION_LEGEND = "# token{original} marks a prediction: [MASK]{x} masked, y{x} replaced at random, x{x} kept"
+
+
 def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out=None) -> int:
     """Print the first ``n`` records; returns the number of bad records met."""
     out = out if out is not None else sys.stdout
-    print("# token{original} marks a prediction: [MASK]{x} masked, y{x} replaced at random, x{x} kept", file=out)
     shown = bad = 0
+    legend = False
+    groups: Dict[str, Group] = {}
     for f in files:
         if shown >= n:
             break
@@ -796,9 +1146,12 @@ def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out=No
             handle = open(f.path, "rb")
         except OSError as exc:
             raise InspectError(f"{f.path}: cannot be read ({exc.strerror or exc})") from None
-        group = load_manifest(os.path.dirname(os.path.abspath(f.path)))
-        seq = group.int_field("max_seq_length") if group else None
-        pred = group.int_field("max_predictions_per_seq") if group else None
+        directory = os.path.realpath(os.path.dirname(os.path.abspath(f.path)))
+        group = groups.get(directory)
+        if group is None:
+            group = groups[directory] = Group.for_directory(directory)
+        seq = group.manifest.int_field("max_seq_length") if group.manifest else None
+        pred = group.manifest.int_field("max_predictions_per_seq") if group.manifest else None
         with handle:
             index = 0
             try:
@@ -814,7 +1167,13 @@ def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out=No
                         print(f"\n{where}: BAD: {exc}", file=out)
                         bad += 1
                         continue
-                    bad += _print_one(where, example, seq, pred, vocab, out)
+                    if group.layout is None:
+                        group.layout = layout_from_names(example)
+                        group.layout_from = _names_source(group.layout, f.path)
+                    if not legend and is_masked(group.layout):
+                        print(PREDICTION_LEGEND, file=out)
+                        legend = True
+                    bad += _print_one(where, example, seq, pred, vocab, out, group.layout, group.separator)
             except RecordFormatError as exc:
                 print(f"\n{f.path}: BAD: {exc}", file=out)
                 bad += 1
@@ -840,18 +1199,23 @@ def _import_pyplot():
 
 
 def write_plot(report: Dict[str, Any], path: str, plt) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, title, xlabel in (
-        (axes[0], "real_length", "real length per instance", "tokens incl. [CLS]/[SEP]"),
-        (axes[1], "masked_per_instance", "masked positions per instance", "predictions"),
-    ):
+    panels = [("real_length", "real length per instance", "tokens incl. [CLS]/[SEP]")]
+    if report.get("masked_per_instance") is not None:
+        panels.append(("masked_per_instance", "masked positions per instance", "predictions"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (key, title, xlabel) in zip(axes[0], panels):
         hist = np.asarray(report[key]["histogram"])
         ax.bar(np.arange(len(hist)), hist, width=1.0, color="#4c72b0")
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("instances")
-    nsp = report["nsp"]
-    caption = f"{report['instances']} instances; NSP random {_pct(nsp['random_fraction'])}"
+    caption = f"{report['instances']} instances"
+    if report.get("record_schema"):
+        caption += f" ({report['record_schema']})"
+    if report.get("nsp"):
+        caption += f"; NSP random {_pct(report['nsp']['random_fraction'])}"
+    if report.get("sop"):
+        caption += f"; SOP swapped {_pct(report['sop']['swapped_fraction'])}"
     mc = report["mask_composition"]
     if mc:
         caption += (
@@ -879,8 +1243,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "Print BERT pretraining TFRecords decoded to WordPiece text, or (--stats) check every record "
-            "against the schema and data_params.json and report length/masking/NSP statistics. "
+            "Print BERT pretraining TFRecords (NSP, SOP, MLM-only or unmasked layout) decoded to WordPiece "
+            "text, or (--stats) check every record against its schema and data_params.json and report "
+            "length/masking/label statistics. "
             "Exit status: 0 ok, 1 bad records or manifest mismatch, 2 usage or I/O error."
         ),
     )

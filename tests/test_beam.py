@@ -28,9 +28,8 @@ from apache_beam.io.filesystem import FileMetadata  # noqa: E402
 from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 
 # Settings that say how/where a run happened, not what it produced.
-RUN_ONLY = {
-    "output_dir", "overwrite", "runner", "num_workers", "vocab_path", "vocab_file", "metadata_files", "input_files_prefix"
-}
+RUN_ONLY = {"output_dir", "overwrite", "runner", "num_workers"}
+RUN_ONLY |= {"vocab_path", "vocab_file", "metadata_files", "input_files_prefix"}  # named differently remotely
 
 
 def shard_bytes(out: Path) -> Dict[str, bytes]:
@@ -180,6 +179,7 @@ def test_beam_remote_paths_match_local(tmp_path: Path, bucket: Path) -> None:
     assert_same_output(tmp_path / "local", bucket / "out")
     got = manifest(bucket / "out")
     assert got["vocab_file"] == "bdtest://vocab.txt" and got["output_dir"] == "bdtest://out"
+    assert got.get("vocab_path", "bdtest://vocab.txt") == "bdtest://vocab.txt"
 
     # A second run into the same output needs --overwrite; with it, the same bytes again.
     assert main(args + IN_PROCESS) == 2

@@ -14,11 +14,13 @@ import pytest
 from bert_data import inspect as insp
 from bert_data.cli import main as create_main
 from bert_data.records import frame_records, serialize_examples
-from bert_data.schema import NSP_FEATURES
+from bert_data.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
 
-from conftest import base_args
+from conftest import base_args, write_corpus, write_vocab
 
 ORDER = sorted((f.name, f.dtype) for f in NSP_FEATURES)
+MLM_ORDER = sorted((f.name, f.dtype) for f in MLM_ONLY_FEATURES)
+UNMASKED_ORDER = sorted((f.name, f.dtype) for f in UNMASKED_FEATURES)
 SEQ, PRED = 12, 3
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".", "dog", "ran"]
 T = {t: i for i, t in enumerate(TOKENS)}
@@ -428,3 +430,207 @@ def test_warns_when_vocab_differs_from_manifest(tmp_path, vocab, capsys):
     assert code == 0 and "sha256 differs" in err and "  A: [CLS] the [MASK]{cat} sat [SEP]" in text
     code, report, _, _ = stats_json(capsys, tmp_path, out)
     assert code == 0 and any("sha256 differs" in w for w in report["warnings"])
+
+
+# --------------------------------------------------------------------------------------------
+# Other record layouts: SOP, MLM-only, unmasked
+# --------------------------------------------------------------------------------------------
+
+
+def make_window(tokens: Sequence[str], predictions: Sequence[tuple] = (), masked: bool = True) -> Dict[str, np.ndarray]:
+    """An MLM-only (or, masked=False, unmasked) record: tokens = the stored ``[CLS] window [SEP]``."""
+    real = len(tokens)
+    rec = {
+        "input_ids": np.array(ids(*tokens) + [0] * (SEQ - real)),
+        "input_mask": np.array([1] * real + [0] * (SEQ - real)),
+    }
+    if masked:
+        rec.update(
+            masked_lm_positions=np.array([p for p, _ in predictions] + [0] * (PRED - len(predictions))),
+            masked_lm_ids=np.array([T[o] for _, o in predictions] + [0] * (PRED - len(predictions))),
+            masked_lm_weights=np.array([1.0] * len(predictions) + [0.0] * (PRED - len(predictions)), np.float32),
+        )
+    return rec
+
+
+# a window spanning two documents: the default document separator [SEP] sits inside it
+WIN1 = make_window(["[CLS]", "the", "[MASK]", "sat", ".", "[SEP]", "dog", "mat", "[SEP]"], [(2, "cat"), (7, "ran")])
+WIN2 = make_window(["[CLS]", "on", "the", "[MASK]", "[SEP]"], [(3, "mat")])
+RAW1 = make_window(["[CLS]", "the", "cat", "sat", "[SEP]", "dog", "[UNK]", "[SEP]"], masked=False)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path):
+    return write_corpus(tmp_path / "corpus"), write_vocab(tmp_path / "corpus_vocab.txt")
+
+
+def _create(tmp_path: Path, corpus, name: str, **extra) -> tuple:
+    metadata, vocab = corpus
+    out = tmp_path / name
+    assert create_main(base_args(metadata, vocab, out, **extra)) == 0
+    return out, json.loads((out / "data_params.json").read_text())
+
+
+def _without_manifest(tmp_path: Path, out: Path) -> Path:
+    """The shards alone in a new directory: the layout must come from the feature names."""
+    bare = tmp_path / (out.name + "_bare")
+    bare.mkdir()
+    for shard in out.glob("*.tfrecords"):
+        (bare / shard.name).write_bytes(shard.read_bytes())
+    return bare
+
+
+def test_real_mlm_only_output(tmp_path, corpus, capsys):
+    out, manifest = _create(tmp_path, corpus, "mlm", mlm_only=True)
+    assert manifest["record_schema"] == "mlm_only" and manifest["windows_spanning_documents"] > 0
+    capsys.readouterr()
+    code, report, text, err = stats_json(capsys, tmp_path, out)
+    assert code == 0, (report["bad_reasons"], report["manifest_problems"], err)
+    assert report["bad_records"] == 0 and report["instances"] == manifest["n_examples"] > 0
+    assert report["record_schema"] == "mlm_only"
+    assert report["lengths"][0]["record_schema_from"].startswith("record_schema in ")
+    assert report["nsp"] is None and report["sop"] is None
+    assert sum(report["masked_per_instance"]["histogram"]) == report["instances"]
+    assert report["masked_per_instance"]["min"] >= 1
+    mc = report["mask_composition"]
+    assert mc["mask"] + mc["kept"] + mc["random"] == mc["predictions"] > 0
+    assert report["unk"]["tokens"] > 0
+    assert "next sentence labels" not in text and "record schema: mlm_only" in text
+    code, printed, _ = run(capsys, out, "-n", "3")
+    assert code == 0
+    assert printed.count("\n  tokens: [CLS] ") == 3 and "  A: " not in printed and "NSP label" not in printed
+    assert "predictions" in printed and "{" in printed
+    # without data_params.json: the layout comes from the first record's feature names
+    bare = _without_manifest(tmp_path, out)
+    code, report, _, _ = stats_json(capsys, tmp_path, bare, "--vocab_file", corpus[1])
+    assert code == 0 and report["bad_records"] == 0 and report["record_schema"] == "mlm_only"
+    assert report["lengths"][0]["record_schema_from"].startswith("feature names of the first record")
+
+
+def test_real_unmasked_output(tmp_path, corpus, capsys):
+    out, manifest = _create(tmp_path, corpus, "raw", mlm_only=True, disable_masking=True)
+    assert manifest["record_schema"] == "unmasked"
+    capsys.readouterr()
+    code, report, text, err = stats_json(capsys, tmp_path, out)
+    assert code == 0, (report["bad_reasons"], report["manifest_problems"], err)
+    assert report["bad_records"] == 0 and report["instances"] == manifest["n_examples"] > 0
+    assert report["record_schema"] == "unmasked"
+    assert report["masked_per_instance"] is None and report["mask_composition"] is None
+    assert report["nsp"] is None and report["sop"] is None
+    assert report["lengths"][0]["max_predictions_per_seq"] is None
+    assert sum(report["real_length"]["histogram"]) == report["instances"]
+    assert report["real_length"]["max"] <= 32
+    assert report["unk"]["tokens"] > 0 and report["unk"]["rate"] is not None
+    assert "masked positions per instance" not in text and "[UNK] rate:" in text
+    assert "unmasked records: masks are drawn in the reader" in text
+    code, printed, _ = run(capsys, out, "-n", "2")
+    assert code == 0
+    assert printed.count("\n  tokens: [CLS] ") == 2 and "unmasked" in printed
+    assert "{" not in printed and "token{original}" not in printed  # no predictions, no legend
+    bare = _without_manifest(tmp_path, out)
+    code, report, _, _ = stats_json(capsys, tmp_path, bare, "--vocab_file", corpus[1])
+    assert code == 0 and report["bad_records"] == 0 and report["record_schema"] == "unmasked"
+
+
+def test_real_sop_output(tmp_path, corpus, capsys):
+    out, manifest = _create(tmp_path, corpus, "sop", sentence_order_prediction=True)
+    assert manifest["record_schema"] == "sop"
+    capsys.readouterr()
+    code, report, text, err = stats_json(capsys, tmp_path, out)
+    assert code == 0, (report["bad_reasons"], report["manifest_problems"], err)
+    assert report["bad_records"] == 0 and report["instances"] == manifest["n_examples"] > 0
+    assert report["record_schema"] == "sop" and report["nsp"] is None
+    sop = report["sop"]
+    assert sop["in_order"] + sop["swapped"] == report["instances"] and sop["swapped"] > 0 and sop["in_order"] > 0
+    assert "swapped fraction" in text and "random fraction" not in text
+    code, printed, _ = run(capsys, out, "-n", "6")
+    assert code == 0 and printed.count("\n  A: [CLS] ") == 6
+    assert "SOP label" in printed and "NSP label" not in printed and "random segment" not in printed
+    assert "1 = A and B swapped" in printed or "0 = A and B in document order" in printed
+    # SOP and NSP records share features: without the manifest they are checked (fine) as nsp
+    bare = _without_manifest(tmp_path, out)
+    code, report, _, _ = stats_json(capsys, tmp_path, bare, "--vocab_file", corpus[1])
+    assert code == 0 and report["bad_records"] == 0 and report["record_schema"] == "nsp"
+
+
+def test_hand_made_mlm_only_records(tmp_path, vocab, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [WIN1, WIN2], order=MLM_ORDER)
+    code, report, _, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 0, report["bad_reasons"]
+    assert report["record_schema"] == "mlm_only" and report["valid_instances"] == 2
+    assert report["masked_per_instance"]["histogram"] == [0, 1, 1, 0]
+    mc = report["mask_composition"]
+    assert (mc["predictions"], mc["mask"], mc["kept"], mc["random"]) == (3, 2, 0, 1)
+    code, printed, _ = run(capsys, f, "--vocab_file", vocab)
+    assert code == 0
+    assert f"{f} record 0: 9/12 tokens, 2 predictions" in printed
+    assert "  tokens: [CLS] the [MASK]{cat} sat . [SEP] dog mat{ran} [SEP]" in printed
+
+
+def test_bad_mlm_only_record_is_detected(tmp_path, vocab, capsys):
+    masked_sep = make_window(["[CLS]", "the", "cat", "[MASK]"], [(3, "[SEP]")])  # the final [SEP] was masked
+    f = write_records(tmp_path / "a.tfrecords", [WIN1, masked_sep, WIN2], order=MLM_ORDER)
+    code, report, out, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 1 and report["ok"] is False
+    assert (report["instances"], report["valid_instances"], report["bad_records"]) == (3, 2, 1)
+    counts = report["bad_reason_counts"]
+    assert counts["the last real token is not [SEP]"] == 1
+    assert counts["a masked position is a [SEP]"] == 1
+    assert report["bad_reasons"][0].startswith(f"{f} record 1: ")
+    assert "BAD RECORDS: 1" in out
+    code, printed, _ = run(capsys, f, "--vocab_file", vocab)
+    assert code == 1 and "  BAD: the last real token is not [SEP]" in printed
+
+
+def test_mlm_only_checks_follow_the_manifest(tmp_path, vocab, capsys):
+    stray_mask = make_window(["[CLS]", "the", "[MASK]", "sat", "[SEP]"], [(1, "the")])  # [MASK] not predicted
+    with_seg = dict(WIN2, segment_ids=np.zeros(SEQ, np.int64))
+    out = tmp_path / "out"
+    out.mkdir()
+    data = encode([WIN1, WIN2, stray_mask], order=MLM_ORDER)
+    data += encode([with_seg], order=sorted(MLM_ORDER + [("segment_ids", "int64")]))
+    (out / "examples-1.tfrecords").write_bytes(data)
+    write_manifest(
+        out, {"examples-1.tfrecords": 4}, vocab=vocab, record_schema="mlm_only", objective="mlm_only",
+        allow_cross_document_examples=False,  # so WIN1's inner [SEP] is wrong here
+    )
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 1 and report["manifest_problems"] == []
+    assert report["valid_instances"] == 1 and report["bad_records"] == 3
+    counts = report["bad_reason_counts"]
+    assert counts["[SEP] before the last real token (windows never span documents)"] == 1
+    assert counts["[MASK] at a position that is not a prediction"] == 1
+    assert counts["unexpected feature(s) 'segment_ids'"] == 1
+
+
+def test_unmasked_records_and_manifest_mismatches(tmp_path, vocab, capsys):
+    with_mask = make_window(["[CLS]", "the", "[MASK]", "[SEP]"], masked=False)
+    f = write_records(tmp_path / "a.tfrecords", [RAW1, with_mask], order=UNMASKED_ORDER)
+    code, report, _, _ = stats_json(capsys, tmp_path, f, "--vocab_file", vocab)
+    assert code == 1 and report["record_schema"] == "unmasked"
+    assert report["bad_reason_counts"] == {"input_ids holds [MASK] (unmasked records store no masks)": 1}
+    assert report["real_length"]["histogram"][8] == 1
+    # the real tokens of RAW1 other than [CLS]/[SEP]: the cat sat dog [UNK]
+    assert report["unk"] == {"tokens": 5, "unk": 1, "rate": pytest.approx(0.2, abs=1e-6)}
+    # a manifest that names another layout: the records are checked against it, and it is a mismatch
+    out = _out_dir(tmp_path, {})
+    write_records(out / "examples-1.tfrecords", [RAW1], order=UNMASKED_ORDER)
+    write_manifest(out, {"examples-1.tfrecords": 1}, vocab=vocab, record_schema="mlm_only", objective="mlm+nsp")
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 1 and report["record_schema"] == "mlm_only"
+    assert report["bad_reason_counts"] == {
+        "missing feature(s) masked_lm_ids, masked_lm_positions, masked_lm_weights": 1
+    }
+    assert any("objective is 'mlm+nsp' but the records are mlm_only records" in p for p in report["manifest_problems"])
+    write_manifest(out, {"examples-1.tfrecords": 1}, vocab=vocab, record_schema="bogus")
+    code, report, _, _ = stats_json(capsys, tmp_path, out)
+    assert code == 1 and report["record_schema"] == "unmasked" and report["bad_records"] == 0
+    assert any("record_schema is 'bogus'" in p for p in report["manifest_problems"])
+
+
+def test_layout_from_names():
+    assert insp.layout_from_names([n for n, _ in ORDER]) == "nsp"
+    assert insp.layout_from_names([n for n, _ in MLM_ORDER]) == "mlm_only"
+    assert insp.layout_from_names(["input_mask", "input_ids"]) == "unmasked"
+    # no exact match: the closest layout, so the complaints are the useful ones
+    assert insp.layout_from_names(["input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions"]) == "mlm_only"
