@@ -38,16 +38,22 @@ import logging
 import os
 import re
 import shutil
-import stat
 import tempfile
 import uuid
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 from .config import Config
 from .errors import BertDataError, ConfigError, MetadataError, OutputError
-from .metadata import DocumentSource, MetadataSummary, check_source, iter_groups, parse_metadata_line
+from .metadata import (
+    DocumentSource,
+    MetadataSummary,
+    is_remote,
+    iter_groups,
+    iter_metadata,
+    scan_metadata,
+)
 from .writer import MANIFEST_NAME, WORK_DIR_NAME, shard_file_names, write_json_atomically
 
 log = logging.getLogger("bert_data")
@@ -57,7 +63,6 @@ GROUPS_FILE = "groups.jsonl"
 _COPY_CHUNK = 8 << 20
 _FETCH_THREADS = 8
 _STAGE_THREADS = 16
-_SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")
 
 
 class BeamPipelineError(BertDataError):
@@ -74,11 +79,6 @@ def _require_beam():
             f"--runner beam needs Apache Beam: pip install 'bert_data[beam]' (or '{BEAM_REQUIREMENT}')"
         ) from None
     return apache_beam
-
-
-def is_remote(path: str) -> bool:
-    """True for paths with a scheme (gs://, s3://, hdfs://, ...): those go through Beam's FileSystems."""
-    return bool(_SCHEME.match(path))
 
 
 def _join(base: str, *parts: str) -> str:
@@ -117,78 +117,24 @@ def _fs_delete(paths: Sequence[str]) -> None:
 # --- metadata (driver) ---------------------------------------------------------------------
 
 
-def _parse_line(line: str, prefix: str) -> Optional[str]:
-    entry = line.rstrip("\r\n").strip()
-    if entry and not entry.startswith("#") and is_remote(entry):
-        return entry  # an absolute remote path: never joined to the prefix
-    if prefix and is_remote(prefix):
-        if not entry or entry.startswith("#"):
-            return None
-        return entry if os.path.isabs(entry) else _join(prefix, entry)
-    return parse_metadata_line(line, prefix)
+def _open_metadata(path: str):
+    """Metadata files may be remote: Beam's FileSystems errors become OSErrors for the caller."""
+    if not is_remote(path):
+        return open(path, "rb")
+    try:
+        return _fs_open(path)
+    except Exception as exc:  # BeamIOError and friends
+        raise OSError(getattr(exc, "strerror", None) or str(exc)) from None
 
 
 def iter_sources(metadata_files: Sequence[str], prefix: str) -> Iterator[DocumentSource]:
-    """Like :func:`bert_data.metadata.iter_metadata`, but metadata files, the prefix and entries
-    may be remote (read through Beam's FileSystems)."""
-    import io
-
-    for metadata_file in metadata_files:
-        try:
-            if is_remote(metadata_file):
-                handle = io.TextIOWrapper(_fs_open(metadata_file), encoding="utf-8", errors="strict", newline="")
-            else:
-                handle = open(metadata_file, encoding="utf-8", errors="strict", newline="")
-        except FileNotFoundError:
-            raise MetadataError(f"metadata file {metadata_file} does not exist") from None
-        except IsADirectoryError:
-            raise MetadataError(f"metadata file {metadata_file} is a directory, not a file") from None
-        except (OSError, Exception) as exc:  # Beam's BeamIOError and friends
-            if isinstance(exc, BertDataError):
-                raise
-            reason = getattr(exc, "strerror", None) or exc
-            raise MetadataError(f"metadata file {metadata_file} cannot be read ({reason})") from None
-        line_number = 0
-        with handle:
-            try:
-                for line_number, line in enumerate(handle, start=1):
-                    path = _parse_line(line, prefix)
-                    if path is not None:
-                        yield DocumentSource(path, metadata_file, line_number)
-            except UnicodeDecodeError:
-                raise MetadataError(
-                    f"metadata file {metadata_file} is not UTF-8 text (line {line_number + 1})"
-                ) from None
+    """:func:`bert_data.metadata.iter_metadata` where metadata files, the prefix and entries may be remote."""
+    return iter_metadata(metadata_files, prefix, opener=_open_metadata)
 
 
 def scan_sources(metadata_files: Sequence[str], prefix: str) -> MetadataSummary:
-    """:func:`bert_data.metadata.scan_metadata` for mixed local/remote entries.
-
-    Local entries are checked exactly as the local runner checks them. Remote entries are not
-    stat'ed one by one (a round trip per document would dominate the driver at cluster scale):
-    a missing remote document fails its group on the worker, naming the metadata file and line.
-    """
-    entries = duplicates = total_bytes = 0
-    seen = set()
-    for source in iter_sources(metadata_files, prefix):
-        entries += 1
-        remote = is_remote(source.path)
-        if not remote:
-            check_source(source)
-            try:
-                info = os.stat(source.path)
-                if stat.S_ISREG(info.st_mode):
-                    total_bytes += info.st_size
-            except OSError:
-                pass
-        fingerprint = hash(source.path if remote else os.path.normpath(source.path))
-        if fingerprint in seen:
-            duplicates += 1
-        else:
-            seen.add(fingerprint)
-    if entries == 0:
-        raise MetadataError(f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)")
-    return MetadataSummary(entries=entries, duplicate_entries=duplicates, total_bytes=total_bytes)
+    """:func:`bert_data.metadata.scan_metadata` for mixed local/remote entries."""
+    return scan_metadata(metadata_files, prefix, opener=_open_metadata)
 
 
 def encode_group(group_index: int, sources: Sequence[DocumentSource], metadata_index: Dict[str, int]) -> str:

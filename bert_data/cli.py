@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from .config import COMPRESSIONS, INPUT_FORMATS, Config, build_config
 from .errors import BertDataError

@@ -77,6 +77,13 @@ class PairPlan:
     def __len__(self) -> int:
         return len(self.a_lo)
 
+    def add(self, a_lo: int, a_hi: int, b_lo: int, b_hi: int, label: int) -> None:
+        self.a_lo.append(a_lo)
+        self.a_hi.append(a_hi)
+        self.b_lo.append(b_lo)
+        self.b_hi.append(b_hi)
+        self.is_random_next.append(label)
+
 
 def _popcount(value: int) -> int:
     return bin(value).count("1")
@@ -169,12 +176,7 @@ def _plan_document_sop(d, off, doc_starts, n_docs, max_num_tokens, params, rng, 
                     a_lo, a_hi, b_lo, b_hi, label = second_lo, second_hi, first_lo, first_hi, 1
                 else:
                     a_lo, a_hi, b_lo, b_hi, label = first_lo, first_hi, second_lo, second_hi, 0
-                a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng)
-                plan.a_lo.append(a_lo)
-                plan.a_hi.append(a_hi)
-                plan.b_lo.append(b_lo)
-                plan.b_hi.append(b_hi)
-                plan.is_random_next.append(label)
+                plan.add(*truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng), label)
             chunk_start, current_length = i + 1, 0
 
 
@@ -216,12 +218,7 @@ def _plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan
             else:
                 b_lo, b_hi = a_hi, off[i + 1]
                 is_random = 0
-            a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng)
-            plan.a_lo.append(a_lo)
-            plan.a_hi.append(a_hi)
-            plan.b_lo.append(b_lo)
-            plan.b_hi.append(b_hi)
-            plan.is_random_next.append(is_random)
+            plan.add(*truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng), is_random)
             chunk_start, current_length = i + 1, 0
         i += 1
 

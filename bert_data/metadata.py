@@ -9,12 +9,17 @@ every path in the corpus is ever built.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import MetadataError
+
+
+def _open_binary(path: str) -> BinaryIO:
+    return open(path, "rb")
 
 
 @dataclass(frozen=True)
@@ -30,25 +35,40 @@ class DocumentSource:
         return f"{self.metadata_file}:{self.line_number}"
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_remote(path: str) -> bool:
+    """True for paths with a scheme (gs://, s3://, hdfs://, ...): only the Beam runner reads those."""
+    return bool(_SCHEME.match(path))
+
+
 def parse_metadata_line(line: str, prefix: str) -> Optional[str]:
-    """The document path on one metadata line, or None for blank and comment lines."""
+    """The document path on one metadata line, or None for blank and comment lines.
+
+    Absolute paths and URLs are kept; other entries are joined to ``prefix`` (a directory or URL).
+    """
     entry = line.rstrip("\r\n").strip()
     if not entry or entry.startswith("#"):
         return None
-    if os.path.isabs(entry) or not prefix:
+    if os.path.isabs(entry) or is_remote(entry) or not prefix:
         return entry
+    if is_remote(prefix):
+        return prefix.rstrip("/") + "/" + entry
     return os.path.join(prefix, entry)
 
 
-def iter_metadata(metadata_files: Sequence[str], prefix: str) -> Iterator[DocumentSource]:
+def iter_metadata(
+    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_binary
+) -> Iterator[DocumentSource]:
     """Stream the entries of every metadata file, in order.
 
     Lines are decoded one by one (a UTF-8 BOM on the first is dropped), so an undecodable
-    line is reported with its own number.
+    line is reported with its own number. ``opener`` lets the Beam runner read remote files.
     """
     for metadata_file in metadata_files:
         try:
-            handle = open(metadata_file, "rb")
+            handle = opener(metadata_file)
         except FileNotFoundError:
             raise MetadataError(f"metadata file {metadata_file} does not exist") from None
         except IsADirectoryError:
@@ -95,27 +115,32 @@ def scan_metadata(
     prefix: str,
     select: Optional[Callable[[DocumentSource], bool]] = None,
     empty_hint: str = "",
+    opener: Callable[[str], BinaryIO] = _open_binary,
 ) -> MetadataSummary:
     """One validating pass over every entry before any work starts.
 
     Raises :class:`MetadataError` for a missing/unreadable document or when no metadata file
-    lists any document. Duplicates are counted with a bounded-memory fingerprint set
+    lists any document. Remote entries (URLs) are not checked one by one: a round trip per
+    document would dominate at cluster scale; a missing one fails its group instead. Duplicates are counted with a bounded-memory fingerprint set
     (8 bytes per entry), so the scan stays cheap on millions of documents.
     """
     entries = 0
     duplicates = 0
     total_bytes = 0
     seen = set()
-    for source in iter_metadata(metadata_files, prefix):
+    for source in iter_metadata(metadata_files, prefix, opener):
         if select is not None and not select(source):
             continue
-        check_source(source)
         entries += 1
-        fingerprint = hash(os.path.normpath(source.path))
+        remote = is_remote(source.path)
+        fingerprint = hash(source.path if remote else os.path.normpath(source.path))
         if fingerprint in seen:
             duplicates += 1
         else:
             seen.add(fingerprint)
+        if remote:
+            continue
+        check_source(source)
         try:
             info = os.stat(source.path)
             if stat.S_ISREG(info.st_mode):

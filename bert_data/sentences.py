@@ -12,7 +12,7 @@ no spaCy; :class:`SentenceSegmenter` is the thin wrapper that does.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .errors import SpacyModelError
 

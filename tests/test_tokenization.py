@@ -15,21 +15,10 @@ import tokenizers
 
 from bert_data import tokenization as tk
 from bert_data.errors import VocabError
+from conftest import shared_file
 from bert_data.tokenization import FullTokenizer, case_mismatch_warning, load_vocab
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def _shared_file(*parts: str) -> Path:
-    """A file under ../shared (or $BERT_DATA_SHARED); skip if missing, fail if $CI is set."""
-    base = os.environ.get("BERT_DATA_SHARED") or Path(__file__).resolve().parents[2] / "shared"
-    path = Path(base).joinpath(*parts)
-    if not path.is_file():
-        message = f"shared material missing: {path}"
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI is set: ../shared must be present)")
-        pytest.skip(message)
-    return path
 
 
 # ------------------------------------------------------------------------------------------------
@@ -58,10 +47,10 @@ def _diff_report(kind: str, mismatches: list, total: int) -> str:
 def golden(request):
     golden_name, vocab_name, do_lower_case = request.param
     records = []
-    with open(_shared_file("reference", golden_name), encoding="utf-8") as f:
+    with open(shared_file("reference", golden_name), encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             records.append((lineno, json.loads(line)))
-    tokenizer = FullTokenizer(str(_shared_file("vocab", vocab_name)), do_lower_case=do_lower_case)
+    tokenizer = FullTokenizer(str(shared_file("vocab", vocab_name)), do_lower_case=do_lower_case)
     return tokenizer, records
 
 
@@ -98,8 +87,8 @@ def test_golden_encode_ids(golden, batch_size):
 
 
 def test_golden_vocab_case_warnings():
-    uncased = load_vocab(str(_shared_file("vocab", "bert-base-uncased-vocab.txt")))
-    cased = load_vocab(str(_shared_file("vocab", "bert-base-cased-vocab.txt")))
+    uncased = load_vocab(str(shared_file("vocab", "bert-base-uncased-vocab.txt")))
+    cased = load_vocab(str(shared_file("vocab", "bert-base-cased-vocab.txt")))
     assert len(uncased) == 30522 and len(cased) == 28996
     assert case_mismatch_warning(uncased, True) is None
     assert case_mismatch_warning(cased, False) is None
