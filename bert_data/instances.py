@@ -77,6 +77,13 @@ class PairPlan:
     def __len__(self) -> int:
         return len(self.a_lo)
 
+    def take(self, rows: Sequence[int]) -> "PairPlan":
+        """The plan restricted to ``rows``, in that order."""
+        return PairPlan(
+            [self.a_lo[r] for r in rows], [self.a_hi[r] for r in rows], [self.b_lo[r] for r in rows],
+            [self.b_hi[r] for r in rows], [self.is_random_next[r] for r in rows],
+        )
+
     def add(self, a_lo: int, a_hi: int, b_lo: int, b_hi: int, label: int) -> None:
         self.a_lo.append(a_lo)
         self.a_hi.append(a_hi)

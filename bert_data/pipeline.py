@@ -29,7 +29,7 @@ from . import __version__
 from .config import Config, output_settings
 from .errors import OutputError
 from .documents import SKIP_EMPTY, SKIP_NO_SENTENCE, read_source
-from .instances import InstanceParams, TokenizedGroup, create_instances
+from .instances import InstanceParams, TokenizedGroup, assemble, mask_batch, plan_pairs
 from .metadata import DocumentSource, iter_groups, iter_metadata, scan_metadata
 from .schema import NSP_FEATURES, schema_description
 from .schema import MLM_ONLY_FEATURES, SCHEMAS, UNMASKED_FEATURES, objective_schema
@@ -211,28 +211,42 @@ def process_group(
             _write_mlm_only_passes(group_index, group, resources, writer, stats, clock)
         elif group.n_docs:
             for dupe_pass in range(config.dupe_factor):
-                with clock("instances"):
-                    pair_rng = random.Random(derive_seed(config.seed, "pairs", group_index, dupe_pass))
-                    mask_rng = np.random.Generator(
-                        np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass))
-                    )
-                    features = create_instances(group, resources.params, pair_rng, mask_rng, resources.is_continuation)
-                    stats[_UNPAIRED_STAT[config.sentence_order_prediction]] += int(features.pop("_negatives_unavailable")[0])
-                    if not features:
-                        continue
-                    n = len(features["input_ids"])
-                    order = mask_rng.permutation(n)
-                    features = {name: features[name][order] for name, _ in FEATURE_ORDER}
-                    shard_offset = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
-                    shard_of_row = (np.arange(n) + shard_offset) % config.num_output_files
-                writer.write_batch(features, FEATURE_ORDER, shard_of_row, config.num_output_files)
-                stats["instances"] += n
+                _write_pair_pass(group_index, dupe_pass, group, resources, writer, stats, clock)
         with clock("write"):
             writer.close()
     except BaseException:
         writer.abort()
         raise
     return GroupResult(group_index, writer.path, writer.segments, stats, seconds)
+
+
+# Instances of one pass are assembled, masked and serialized in batches of this many rows, so
+# the (rows x max_seq_length) temporaries stay bounded however large a group is.
+INSTANCE_BATCH_ROWS = 4096
+
+
+def _write_pair_pass(
+    group_index: int, dupe_pass: int, group: TokenizedGroup, resources: Resources, writer: FragmentWriter,
+    stats: Counter, clock: _StageClock,
+) -> None:
+    """One NSP/SOP dupe pass: plan every pair, shuffle the plan, then build and write it in batches."""
+    config = resources.config
+    with clock("instances"):
+        pair_rng = random.Random(derive_seed(config.seed, "pairs", group_index, dupe_pass))
+        mask_rng = np.random.Generator(np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass)))
+        plan = plan_pairs(group, resources.params, pair_rng)
+        stats[_UNPAIRED_STAT[config.sentence_order_prediction]] += plan.negatives_unavailable
+        n = len(plan)
+        order = mask_rng.permutation(n).tolist()  # the pass's instance order, before any is built
+        shard_offset = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
+    for start in range(0, n, INSTANCE_BATCH_ROWS):
+        with clock("instances"):
+            rows = order[start : start + INSTANCE_BATCH_ROWS]
+            arrays = assemble(group.ids, plan.take(rows), resources.params)
+            features = mask_batch(arrays, resources.params, mask_rng, resources.is_continuation)
+            shard_of_row = (np.arange(start, start + len(rows)) + shard_offset) % config.num_output_files
+        writer.write_batch(features, FEATURE_ORDER, shard_of_row, config.num_output_files)
+    stats["instances"] += n
 
 
 # --- training objectives: MLM-only windows, SOP --------------------------------------------

@@ -122,10 +122,13 @@ class FastRuleSentencizer:
 
     _CACHE_LIMIT = 200_000
 
-    def __init__(self, nlp) -> None:
+    def __init__(self, nlp, fresh_tokenizer=None) -> None:
         import unicodedata
 
         self._tokenizer = nlp.tokenizer
+        # spaCy's StringStore keeps every string its tokenizer has seen; on a web-scale corpus
+        # that grows without end, so the tokenizer is rebuilt whenever the span cache is cleared.
+        self._fresh_tokenizer = fresh_tokenizer or (lambda: load_spacy_pipeline(None).tokenizer)
         self._punct_chars = frozenset(nlp.get_pipe("sentencizer").punct_chars)
         self._category = unicodedata.category
         punct_class = "".join(re.escape(c) for c in sorted(self._punct_chars))
@@ -147,6 +150,7 @@ class FastRuleSentencizer:
             tokens = tuple((t.idx, t.text in self._punct_chars, t.is_punct) for t in doc)
             if len(self._cache) >= self._CACHE_LIMIT:
                 self._cache.clear()
+                self._tokenizer = self._fresh_tokenizer()
             self._cache[span] = tokens
         return tokens
 

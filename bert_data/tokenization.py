@@ -58,6 +58,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
 
 #: Reference ``WordpieceTokenizer.max_input_chars_per_word``.
 MAX_INPUT_CHARS_PER_WORD = 200
+ENCODE_CHUNK_TEXTS = 4096  # texts per HF call in encode_ids
 
 
 # --------------------------------------------------------------------------------------------
@@ -510,6 +511,19 @@ class FullTokenizer:
             texts = list(texts)
         if not texts:
             return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
+        if len(texts) <= ENCODE_CHUNK_TEXTS:
+            return self._encode_chunk(texts)
+        # Chunks bound the transient memory of one HF call (~100x the text) and keep one
+        # non-ASCII text from sending a whole group down the slower path.
+        all_ids, all_offsets, base = [], [np.zeros(1, dtype=np.int64)], 0
+        for start in range(0, len(texts), ENCODE_CHUNK_TEXTS):
+            ids, offsets = self._encode_chunk(texts[start : start + ENCODE_CHUNK_TEXTS])
+            all_ids.append(ids)
+            all_offsets.append(offsets[1:] + base)
+            base += len(ids)
+        return np.concatenate(all_ids), np.concatenate(all_offsets)
+
+    def _encode_chunk(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         fast = self._ascii_batch_ids(texts)
         if fast is not None:
             return fast

@@ -16,7 +16,10 @@ raw-text MB/s (1 MB = 10^6 bytes of input files), documents/s (documents read), 
 peak RSS of the process tree, the share of each stage in the summed stage time, and for
 N >= 2 workers the parallel efficiency (MB/s at N) / (N x MB/s at 1).
 Throughput is measured over ``run()`` only (worker start-up and spaCy load included,
-interpreter start-up and imports not).
+interpreter start-up and imports not). Because other processes may share the machine, each
+run also reports its CPU seconds (the child and its reaped workers, over ``run()``; MB per
+CPU-second hardly depends on other load) and ``other_cores``: how many cores other processes
+kept busy meanwhile (from /proc/stat), i.e. how noisy the wall-clock figures are.
 """
 
 from __future__ import annotations
@@ -192,20 +195,33 @@ def child_main(spec_json: str) -> int:
         seconds.update(result.seconds)
         groups[0] += 1
 
+    def cpu() -> float:
+        self_, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
+
+    cpu_before = cpu()
     started = time.perf_counter()
-    manifest = run(config, on_group=on_group)
+    manifest = run(config, on_group=on_group)  # a process pool is joined (its CPU counted) before run returns
     wall = time.perf_counter() - started
+    cpu_run = cpu() - cpu_before
+    output_bytes = sum(
+        os.path.getsize(os.path.join(config.output_dir, name))
+        for name in os.listdir(config.output_dir)
+        if name.endswith(".tfrecords")
+    )
     out = {
         "wall_s": wall,
+        "cpu_s": cpu_run,
         "stage_seconds": {s: seconds.get(s, 0.0) for s in STAGES},
         "groups": groups[0],
         "input_bytes": manifest["input_bytes"],
+        "output_bytes": output_bytes,
         "documents_read": manifest["documents"]["read"],
         "documents_used": manifest["n_docs"],
         "instances": manifest["n_examples"],
         "tokens": manifest["tokens"],
-        "ru_maxrss_self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        "ru_maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        "peak_rss_coordinator_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_largest_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
     print("BENCH_RESULT " + json.dumps(out), flush=True)
     return 0
@@ -214,11 +230,20 @@ def child_main(spec_json: str) -> int:
 # --- parent side ----------------------------------------------------------------------------
 
 
+def busy_cpu_s() -> float:
+    """CPU seconds all processes on the machine have used (from /proc/stat), for the noise figure."""
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     load_before = os.getloadavg()[0]
     usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_before = busy_cpu_s()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = TreeRssSampler(proc.pid, interval_s)
@@ -227,13 +252,16 @@ def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object
     sampler.stop()
     process_wall = time.perf_counter() - started
     usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_after = busy_cpu_s()
     if proc.returncode != 0:
         raise SystemExit(f"benchmark: child failed (exit {proc.returncode}):\n{stderr[-4000:]}")
     line = [x for x in stdout.splitlines() if x.startswith("BENCH_RESULT ")][-1]
     result = json.loads(line[len("BENCH_RESULT ") :])
     result["process_wall_s"] = process_wall
-    # CPU of the child and every descendant it waited for (its workers): robust to other load.
-    result["cpu_s"] = (usage_after.ru_utime - usage_before.ru_utime) + (usage_after.ru_stime - usage_before.ru_stime)
+    tree_cpu = (usage_after.ru_utime - usage_before.ru_utime) + (usage_after.ru_stime - usage_before.ru_stime)
+    result["process_cpu_s"] = tree_cpu  # whole child process incl. interpreter start-up and imports
+    # The noise figure: cores that *other* processes kept busy while this run was going.
+    result["other_cores"] = max(0.0, (busy_after - busy_before - tree_cpu) / process_wall)
     result["loadavg_1min_before"] = load_before
     result["peak_rss_tree_mb"] = sampler.peak_kb / 1024
     result["max_processes"] = sampler.max_processes
@@ -254,11 +282,12 @@ def _summary(values: Sequence[float]) -> Dict[str, float]:
 
 def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
     keys = ("mb_per_s", "docs_per_s", "instances_per_s", "peak_rss_tree_mb", "wall_s", "process_wall_s",
-            "cpu_s", "mb_per_cpu_s", "loadavg_1min_before")
+            "cpu_s", "mb_per_cpu_s", "other_cores", "loadavg_1min_before", "peak_rss_coordinator_mb",
+            "peak_rss_largest_worker_mb")
     out: Dict[str, object] = {k: _summary([r[k] for r in runs]) for k in keys}
     out["stage_share"] = {s: statistics.median(r["stage_share"][s] for r in runs) for s in STAGES}
     out["stage_seconds"] = {s: statistics.median(r["stage_seconds"][s] for r in runs) for s in STAGES}
-    for k in ("input_bytes", "documents_read", "instances", "groups", "max_processes"):
+    for k in ("input_bytes", "output_bytes", "documents_read", "instances", "groups", "max_processes"):
         out[k] = runs[0][k] if k != "max_processes" else max(r[k] for r in runs)
     out["runs"] = runs
     return out
@@ -325,7 +354,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(
                     f"  workers {workers} run {i + 1}: {result['mb_per_s']:.3f} MB/s, {result['wall_s']:.1f} s, "
                     f"peak RSS {result['peak_rss_tree_mb']:.0f} MB, CPU {result['cpu_s']:.1f} s, "
-                    f"load {result['loadavg_1min_before']:.1f}",
+                    f"others used {result['other_cores']:.1f} cores",
                     flush=True,
                 )
             results[workers] = summarize(runs)
@@ -333,6 +362,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for workers, summary in results.items():
             if workers >= 2 and base is not None:
                 summary["parallel_efficiency"] = summary["mb_per_s"]["median"] / (workers * base["mb_per_s"]["median"])
+                summary["cpu_ratio_vs_1"] = summary["cpu_s"]["median"] / base["cpu_s"]["median"]
         report(results)
         if args.json_out:
             payload = {"args": {k: v for k, v in vars(args).items() if k != "child"}, "corpus": info,
@@ -349,16 +379,30 @@ def report(results: Dict[int, Dict[str, object]]) -> None:
 
     print("\nmedian [min..max] per worker count")
     for workers, s in results.items():
-        print(f"workers {workers}: {s['input_bytes'] / 1e6:.2f} MB, {s['documents_read']} docs, {s['instances']} instances, {s['groups']} groups")
+        print(
+            f"workers {workers}: {s['input_bytes'] / 1e6:.2f} MB in, {s['output_bytes'] / 1e6:.1f} MB out, "
+            f"{s['documents_read']} docs, {s['instances']} instances, {s['groups']} groups"
+        )
         print(f"  raw text MB/s  {fmt(s['mb_per_s'], 3)}")
         print(f"  documents/s    {fmt(s['docs_per_s'], 1)}")
         print(f"  instances/s    {fmt(s['instances_per_s'], 0)}")
         print(f"  wall s (run)   {fmt(s['wall_s'], 2)}  (process {fmt(s['process_wall_s'], 2)})")
-        print(f"  CPU s (tree)   {fmt(s['cpu_s'], 2)}  -> {fmt(s['mb_per_cpu_s'], 3)} MB per CPU-s")
-        print(f"  load avg (1m)  {fmt(s['loadavg_1min_before'], 2)} before each run (other processes)")
-        print(f"  peak RSS MB    {fmt(s['peak_rss_tree_mb'], 0)}  (process tree, {s['max_processes']} processes)")
+        print(f"  CPU s (run)    {fmt(s['cpu_s'], 2)}  -> {fmt(s['mb_per_cpu_s'], 3)} MB per CPU-s (all processes of the run)")
+        print(f"  other load     {fmt(s['other_cores'], 2)} cores busy with other processes during the runs")
+        detail = f"process tree, {s['max_processes']} processes"
+        if workers == 1:
+            detail += f"; exact high-water mark {fmt(s['peak_rss_coordinator_mb'], 0)}"
+        else:
+            detail += (
+                f"; coordinator {s['peak_rss_coordinator_mb']['median']:.0f}, "
+                f"largest worker {s['peak_rss_largest_worker_mb']['median']:.0f}"
+            )
+        print(f"  peak RSS MB    {fmt(s['peak_rss_tree_mb'], 0)}  ({detail})")
         if "parallel_efficiency" in s:
-            print(f"  efficiency     {s['parallel_efficiency']:.2f}")
+            print(
+                f"  efficiency     {s['parallel_efficiency']:.2f}  (MB/s at N / (N x MB/s at 1); "
+                f"CPU used is {s['cpu_ratio_vs_1']:.2f}x that of 1 worker)"
+            )
         shares = ", ".join(f"{k} {v * 100:.1f}%" for k, v in s["stage_share"].items())
         print(f"  stage shares   {shares}")
 

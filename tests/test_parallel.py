@@ -113,23 +113,6 @@ def test_data_params_identical_except_execution_settings(outputs):
         assert set(differing) <= set(EXECUTION_ONLY_KEYS), f"data_params.json keys differ: {differing}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library: data_params.json stores the setting num_workers (the only key that differs); "
-    "remove this marker once the manifest leaves execution-only settings out",
-)
-@pytest.mark.parametrize("workers", WORKER_COUNTS[1:])
-def test_data_params_is_byte_identical_across_worker_counts(outputs, workers):
-    """The whole manifest, bytes included: the worker count must not leak into the output."""
-    _, runs, _ = outputs
-    a = (runs[1] / "data_params.json").read_bytes()
-    b = (runs[workers] / "data_params.json").read_bytes()
-    if a != b:
-        x, y = json.loads(a), json.loads(b)
-        differing = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
-        pytest.fail(f"data_params.json differs between 1 and {workers} workers in keys {differing}")
-
-
 def test_shards_are_compressed_as_asked(outputs):
     compression, runs, _ = outputs
     import gzip

@@ -216,3 +216,19 @@ def test_fast_sentencizer_matches_spacy_pipe_seeded_fuzz(segmenter, spacy_segmen
     slow = spacy_segmenter.segment(texts)
     mismatches = [(t, a, b) for t, a, b in zip(texts, fast[0], slow[0]) if a != b]
     assert fast == slow, mismatches[:5]
+
+
+def test_fast_sentencizer_rebuilds_spacy_tokenizer_when_its_cache_is_cleared(monkeypatch):
+    """spaCy's StringStore grows with every new span; the replay starts a fresh tokenizer
+    each time it clears its cache, without changing a single sentence."""
+    from bert_data.sentences import FastRuleSentencizer, SentenceSegmenter
+
+    text = " ".join(f"Item {i}. Mr. Smith said no{i}! Really?" for i in range(200))
+    expected, _ = SentenceSegmenter(use_fast=False).segment([text])
+    monkeypatch.setattr(FastRuleSentencizer, "_CACHE_LIMIT", 16)
+    segmenter = SentenceSegmenter()
+    first_tokenizer = segmenter.fast._tokenizer
+    got, _ = segmenter.segment([text])
+    assert got == expected
+    assert segmenter.fast._tokenizer is not first_tokenizer
+    assert len(segmenter.fast._cache) <= 16

@@ -424,3 +424,20 @@ def test_case_mismatch_warning():
     one_percent = _vocab(words[:99] + ["Abc"])
     assert case_mismatch_warning(one_percent, True) is None
     assert case_mismatch_warning(_vocab([]), True) is None
+
+
+def test_encode_ids_in_chunks_equals_one_call(tmp_path, monkeypatch):
+    """Chunking bounds memory; ids and offsets must not change (a non-ASCII text mid-way too)."""
+    import bert_data.tokenization as tokenization
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(SPECIALS + ["the", "cat", "sat", "caf", "##e", "!", "a", "##b"]) + "\n")
+    tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
+    texts = [["The cat sat!", "", "café", "ab ab", "zzz"][i % 5] for i in range(23)]
+    whole_ids, whole_offsets = tokenizer.encode_ids(texts)
+    monkeypatch.setattr(tokenization, "ENCODE_CHUNK_TEXTS", 4)
+    ids, offsets = tokenizer.encode_ids(texts)
+    assert ids.tolist() == whole_ids.tolist() and offsets.tolist() == whole_offsets.tolist()
+    assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == [
+        tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts
+    ]
