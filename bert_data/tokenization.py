@@ -58,7 +58,8 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
 
 #: Reference ``WordpieceTokenizer.max_input_chars_per_word``.
 MAX_INPUT_CHARS_PER_WORD = 200
-ENCODE_CHUNK_TEXTS = 4096  # texts per HF call in encode_ids
+ENCODE_CHUNK_TEXTS = 4096  # texts per HF call in encode_ids ...
+ENCODE_CHUNK_CHARS = 1_000_000  # ... and characters (a chunk holds at least one text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -511,13 +512,22 @@ class FullTokenizer:
             texts = list(texts)
         if not texts:
             return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
-        if len(texts) <= ENCODE_CHUNK_TEXTS:
+        # Chunks of at most ENCODE_CHUNK_TEXTS texts / ENCODE_CHUNK_CHARS characters bound the
+        # transient memory of one HF call (~100x its text) and keep one non-ASCII text from
+        # sending a whole group down the slower path.
+        bounds = [0]
+        chars = 0
+        for index, text in enumerate(texts):
+            if index > bounds[-1] and (index - bounds[-1] >= ENCODE_CHUNK_TEXTS or chars + len(text) > ENCODE_CHUNK_CHARS):
+                bounds.append(index)
+                chars = 0
+            chars += len(text)
+        bounds.append(len(texts))
+        if len(bounds) == 2:
             return self._encode_chunk(texts)
-        # Chunks bound the transient memory of one HF call (~100x the text) and keep one
-        # non-ASCII text from sending a whole group down the slower path.
         all_ids, all_offsets, base = [], [np.zeros(1, dtype=np.int64)], 0
-        for start in range(0, len(texts), ENCODE_CHUNK_TEXTS):
-            ids, offsets = self._encode_chunk(texts[start : start + ENCODE_CHUNK_TEXTS])
+        for start, stop in zip(bounds, bounds[1:]):
+            ids, offsets = self._encode_chunk(texts[start:stop])
             all_ids.append(ids)
             all_offsets.append(offsets[1:] + base)
             base += len(ids)

@@ -438,6 +438,9 @@ def test_encode_ids_in_chunks_equals_one_call(tmp_path, monkeypatch):
     monkeypatch.setattr(tokenization, "ENCODE_CHUNK_TEXTS", 4)
     ids, offsets = tokenizer.encode_ids(texts)
     assert ids.tolist() == whole_ids.tolist() and offsets.tolist() == whole_offsets.tolist()
+    monkeypatch.setattr(tokenization, "ENCODE_CHUNK_CHARS", 10)  # by characters too
+    ids, offsets = tokenizer.encode_ids(texts)
+    assert ids.tolist() == whole_ids.tolist() and offsets.tolist() == whole_offsets.tolist()
     assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == [
         tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts
     ]
