@@ -106,19 +106,7 @@ def check_manifests(
 ) -> None:
     """Compare the ``data_params.json`` beside each file's directory with the requested sizes
     (``max_predictions_per_seq`` only with ``check_predictions``: unmasked records have none)."""
-    import tensorflow as tf
-
-    for directory in dict.fromkeys(os.path.dirname(f) for f in files):
-        manifest_path = os.path.join(directory, MANIFEST_NAME) if directory else MANIFEST_NAME
-        if not tf.io.gfile.exists(manifest_path):
-            continue
-        try:
-            with tf.io.gfile.GFile(manifest_path, "r") as handle:
-                manifest = json.loads(handle.read())
-        except (OSError, ValueError, tf.errors.OpError) as exc:
-            raise RecordFormatError(f"{manifest_path} cannot be read as JSON ({exc})") from None
-        if not isinstance(manifest, dict):
-            raise RecordFormatError(f"{manifest_path} is not a JSON object")
+    for manifest_path, manifest in _manifests(files, strict=True):
         for name, wanted in (("max_seq_length", max_seq_length), ("max_predictions_per_seq", max_predictions_per_seq)):
             if name == "max_predictions_per_seq" and not check_predictions:
                 continue
@@ -293,8 +281,9 @@ def pretraining_dataset(
 # --- record layouts other than NSP, dynamic masking ------------------------------------------
 
 
-def _manifests(files: Sequence[str]) -> List[Tuple[str, Dict[str, Any]]]:
-    """(path, content) of every readable ``data_params.json`` beside the files."""
+def _manifests(files: Sequence[str], strict: bool = False) -> List[Tuple[str, Dict[str, Any]]]:
+    """(path, content) of every ``data_params.json`` beside the files. An unreadable one is
+    skipped, or with ``strict`` a :class:`RecordFormatError`."""
     import tensorflow as tf
 
     found = []
@@ -305,10 +294,14 @@ def _manifests(files: Sequence[str]) -> List[Tuple[str, Dict[str, Any]]]:
         try:
             with tf.io.gfile.GFile(path, "r") as handle:
                 manifest = json.loads(handle.read())
-        except (OSError, ValueError, tf.errors.OpError):
-            continue  # check_manifests reports it
+        except (OSError, ValueError, tf.errors.OpError) as exc:
+            if strict:
+                raise RecordFormatError(f"{path} cannot be read as JSON ({exc})") from None
+            continue
         if isinstance(manifest, dict):
             found.append((path, manifest))
+        elif strict:
+            raise RecordFormatError(f"{path} is not a JSON object")
     return found
 
 

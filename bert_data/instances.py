@@ -92,6 +92,13 @@ class PairPlan:
         self.is_random_next.append(label)
 
 
+def _target_seq_length(params: InstanceParams, max_num_tokens: int, rng: random.Random) -> int:
+    """Per document and pass: usually the maximum, with ``short_seq_prob`` a random shorter one."""
+    if rng.random() < params.short_seq_prob:
+        return rng.randint(params.min_short_seq_length, max_num_tokens)
+    return max_num_tokens
+
+
 def _popcount(value: int) -> int:
     return bin(value).count("1")
 
@@ -164,9 +171,7 @@ def _plan_document_sop(d, off, doc_starts, n_docs, max_num_tokens, params, rng, 
     (reported as ``sop_single_segment_chunks``).
     """
     s_begin, s_end = doc_starts[d], doc_starts[d + 1]
-    target_seq_length = max_num_tokens
-    if rng.random() < params.short_seq_prob:
-        target_seq_length = rng.randint(params.min_short_seq_length, max_num_tokens)
+    target_seq_length = _target_seq_length(params, max_num_tokens, rng)
     chunk_start = s_begin
     current_length = 0
     for i in range(s_begin, s_end):
@@ -189,9 +194,7 @@ def _plan_document_sop(d, off, doc_starts, n_docs, max_num_tokens, params, rng, 
 
 def _plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan) -> None:
     s_begin, s_end = doc_starts[d], doc_starts[d + 1]
-    target_seq_length = max_num_tokens
-    if rng.random() < params.short_seq_prob:
-        target_seq_length = rng.randint(params.min_short_seq_length, max_num_tokens)
+    target_seq_length = _target_seq_length(params, max_num_tokens, rng)
     chunk_start = s_begin
     current_length = 0
     i = s_begin
