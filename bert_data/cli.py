@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, Optional, Sequence
 
 from .config import COMPRESSIONS, INPUT_FORMATS, Config, build_config
-from .errors import BertDataError
+from .errors import BertDataError, print_error
 from .progress import RunProgress
 
 PROG = "create_tfrecords"
@@ -112,18 +112,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return build_config(overrides, config_file=args.config)
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return code
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     argv, pipeline_args = _split_pipeline_args(argv)
     args = parser.parse_args(argv)
     level = _resolve_log_level(args.log_level, bool(args.quiet))
     if level is None:
-        return _fail(f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+        return print_error(PROG, f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("bert_data").setLevel(level)  # even when logging was configured before main()
     import signal
@@ -136,7 +131,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         started = time.perf_counter()
         if pipeline_args and config.runner != "beam":
-            return _fail("pipeline options after '--' are for --runner beam")
+            return print_error(PROG, "pipeline options after '--' are for --runner beam")
         if config.runner == "beam":
             from .beam_runner import run_beam
 
@@ -146,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 manifests = run_job(config, on_group=progress.update, on_start=progress.start)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
-        return _fail(str(exc), exc.exit_code)
+        return print_error(PROG, str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
         return 130

@@ -133,10 +133,6 @@ def sniff_compression(head: bytes, path: str = "") -> Optional[str]:
     return None
 
 
-def zstd_available() -> bool:
-    return _zstandard is not None
-
-
 class _SourceReadError(Exception):
     """An OSError of the underlying file (I/O: fatal), kept apart from bad compressed data (content: counted)."""
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class BertDataError(Exception):
     """A problem with the user's input, flags or environment (not a bug)."""
@@ -36,3 +38,9 @@ class ResumeError(BertDataError):
 
 class RecordFormatError(BertDataError):
     """A TFRecord file is corrupt or does not match the expected schema."""
+
+
+def print_error(prog: str, message: str, code: int = 2) -> int:
+    """The one line every command prints for a user error, ``prog: error: message``; returns the exit code."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code

@@ -48,7 +48,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import BertDataError, RecordFormatError
+from .errors import BertDataError, RecordFormatError, print_error
 from .records import iter_records, masked_crc32c, parse_example
 from .schema import SCHEMAS, FeatureSpec, feature_length, objective_schema, schema_from_names
 
@@ -1060,10 +1060,6 @@ def _label_text(label: Any, layout: str = "nsp") -> str:
     return texts.get(label, f"{label} (invalid: must be 0 or 1)")
 
 
-def _nsp_text(label: Any) -> str:
-    return _label_text(label, "nsp")
-
-
 def _print_one(
     where: str,
     example: Dict[str, Any],
@@ -1260,11 +1256,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return code
-
-
 def _choose_vocab(args: argparse.Namespace, files: Sequence[InputFile], required: bool) -> Optional[VocabInfo]:
     if args.vocab_file:
         return load_vocab_info(args.vocab_file)
@@ -1322,7 +1313,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             write_plot(report, args.plot, plt)
         return 0 if report["ok"] else 1
     except BertDataError as exc:
-        return _fail(str(exc), exc.exit_code)
+        return print_error(PROG, str(exc), exc.exit_code)
     except BrokenPipeError:  # e.g. piped into head
         return 0
     except KeyboardInterrupt:

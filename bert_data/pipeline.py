@@ -225,6 +225,15 @@ def process_group(
 INSTANCE_BATCH_ROWS = 4096
 
 
+def _pass_randomness(config: Config, plan_stream: str, group_index: int, dupe_pass: int):
+    """Everything random in one (group, pass): the planning RNG, the masking/shuffling RNG and
+    the shard its first instance goes to, each derived from (seed, purpose, group, pass)."""
+    plan_rng = random.Random(derive_seed(config.seed, plan_stream, group_index, dupe_pass))
+    mask_rng = np.random.Generator(np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass)))
+    first_shard = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
+    return plan_rng, mask_rng, first_shard
+
+
 def _write_pair_pass(
     group_index: int, dupe_pass: int, group: TokenizedGroup, resources: Resources, writer: FragmentWriter,
     stats: Counter, clock: _StageClock,
@@ -232,13 +241,11 @@ def _write_pair_pass(
     """One NSP/SOP dupe pass: plan every pair, shuffle the plan, then build and write it in batches."""
     config = resources.config
     with clock("instances"):
-        pair_rng = random.Random(derive_seed(config.seed, "pairs", group_index, dupe_pass))
-        mask_rng = np.random.Generator(np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass)))
+        pair_rng, mask_rng, shard_offset = _pass_randomness(config, "pairs", group_index, dupe_pass)
         plan = plan_pairs(group, resources.params, pair_rng)
         stats[_UNPAIRED_STAT[config.sentence_order_prediction]] += plan.negatives_unavailable
         n = len(plan)
         order = mask_rng.permutation(n).tolist()  # the pass's instance order, before any is built
-        shard_offset = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
     for start in range(0, n, INSTANCE_BATCH_ROWS):
         with clock("instances"):
             rows = order[start : start + INSTANCE_BATCH_ROWS]
@@ -272,9 +279,7 @@ def _write_mlm_only_passes(
     tokens, bounds = build_streams(group, config.allow_cross_document_examples, resources.separator_id or 0)
     separator_id = resources.separator_id if config.allow_cross_document_examples else None
     for dupe_pass in range(config.dupe_factor):
-        window_rng = random.Random(derive_seed(config.seed, "windows", group_index, dupe_pass))
-        mask_rng = np.random.Generator(np.random.PCG64(derive_seed(config.seed, "mask", group_index, dupe_pass)))
-        shard_offset = derive_seed(config.seed, "shard", group_index, dupe_pass) % config.num_output_files
+        window_rng, mask_rng, shard_offset = _pass_randomness(config, "windows", group_index, dupe_pass)
         with clock("instances"):
             starts, lengths = plan_group_windows(bounds, params, config.overlap_size, window_rng)
         written = 0

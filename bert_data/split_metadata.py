@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from .errors import BertDataError, ConfigError, MetadataError, OutputError
+from .errors import BertDataError, ConfigError, MetadataError, OutputError, print_error
 from .metadata import iter_metadata
 
 PROG = "split_metadata"
@@ -240,11 +240,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return code
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -258,7 +253,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             seed=args.seed,
         )
     except BertDataError as exc:
-        return _fail(str(exc), exc.exit_code)
+        return print_error(PROG, str(exc), exc.exit_code)
     if result.duplicates:
         extra = sum(n - 1 for n in result.duplicates.values())
         shown = sorted(result.duplicates.items(), key=lambda item: (-item[1], item[0]))[:10]

@@ -34,7 +34,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import BertDataError, ConfigError, OutputError, VocabError
+from .errors import BertDataError, ConfigError, OutputError, VocabError, print_error
 
 PROG = "build_vocab"
 SPECIAL_TOKENS: Tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -283,11 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return code
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
@@ -303,7 +298,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         write_vocab(result.tokens, args.output)
     except BertDataError as exc:
-        return _fail(str(exc), exc.exit_code)
+        return print_error(PROG, str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

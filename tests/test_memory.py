@@ -22,7 +22,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from conftest import sentence, write_vocab
 
 N_DOCS = 3200
