@@ -302,7 +302,12 @@ def _validate_runner(config: Config) -> None:
     """--runner rules (the Beam runner itself lives in bert_data.beam_runner)."""
     if config.runner not in RUNNERS:
         raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {config.runner!r}")
-    if config.runner == "beam" and getattr(config, "resume", False):
+    if config.runner == "beam" and config.resume:
         raise ConfigError(
             "--resume is for the local runner; with --runner beam re-run the job (its output is deterministic)"
+        )
+    if config.runner == "beam" and (config.validation_fraction or config.validation_metadata_files):
+        raise ConfigError(
+            "--validation_fraction/--validation_metadata_files are for the local runner; with --runner beam, "
+            "split first with split_metadata and run once per metadata file"
         )

@@ -62,3 +62,15 @@ def test_split_errors_are_one_line(tmp_path, tiny_vocab, capsys) -> None:
         assert main(base_args(metadata, tiny_vocab, tmp_path / "o", **flags)) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("create_tfrecords: error:") and expected in err[0], err
+
+
+def test_beam_runner_refuses_a_one_shot_split(tmp_path, tiny_vocab, capsys) -> None:
+    """The Beam runner writes one output: a split request must be an error, not silently ignored."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=3)
+    assert main(base_args(metadata, tiny_vocab, tmp_path / "o", runner="beam", validation_fraction=0.5)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "create_tfrecords: error: --validation_fraction/--validation_metadata_files are for the local runner; "
+        "with --runner beam, split first with split_metadata and run once per metadata file"
+    ]
+    assert not (tmp_path / "o").exists()
