@@ -1,3 +1,51 @@
-"""bert_data: streaming, parallel, deterministic BERT pretraining-data preparation."""
+"""bert_data: streaming, parallel, deterministic BERT pretraining-data preparation.
+
+The names users import are available here and resolved lazily, so ``import bert_data`` stays
+light (no TensorFlow, spaCy or tokenizers until a name that needs one is used)::
+
+    from bert_data import pretraining_dataset, FullTokenizer, build_config, run
+
+Layout (see ``docs/architecture.md``): the pipeline's stages are modules in this package in the
+order data flows (``metadata``, ``documents``, ``sentences``, ``tokenization``, ``instances``,
+``masking``, ``windows``, ``group``, ``writer``, ``storage``); file formats are in ``format/``,
+schedulers in ``runners/``, the tf.data reader in ``reader/`` and console scripts in ``tools/``.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "pretraining_dataset": "bert_data.reader.dataset",
+    "decode_record": "bert_data.reader.dataset",
+    "ReaderOptions": "bert_data.reader.dataset",
+    "make_dynamic_masker": "bert_data.reader.dynamic_masking",
+    "FullTokenizer": "bert_data.tokenization",
+    "load_vocab": "bert_data.tokenization",
+    "Config": "bert_data.config",
+    "build_config": "bert_data.config",
+    "run": "bert_data.runners.local",
+    "run_job": "bert_data.runners.local",
+    "iter_records": "bert_data.format.records",
+    "parse_example": "bert_data.format.records",
+    "serialize_examples": "bert_data.format.records",
+    "BertDataError": "bert_data.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bert_data' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from .documents import INPUT_FORMATS  # the input stage owns its formats
 from .errors import ConfigError
 
 COMPRESSIONS = ("none", "gzip")
@@ -208,7 +209,6 @@ def validate(config: Config) -> None:
     _validate_runner(config)
 
 
-INPUT_FORMATS = ("text", "jsonl")  # same as bert_data.documents.INPUT_FORMATS
 
 
 def _validate_inputs(config: Config) -> None:
@@ -227,15 +227,6 @@ def _validate_inputs(config: Config) -> None:
 _MLM_ONLY_SETTINGS = ("allow_cross_document_examples", "document_separator_token", "overlap_size", "buffer_size")
 
 
-def _vocab_tokens(path: Optional[str]) -> Optional[set]:
-    """The vocabulary's tokens, or None when it cannot be read here (the run reports that)."""
-    try:
-        with open(path, encoding="utf-8") as handle:  # type: ignore[arg-type]
-            return {line.rstrip("\r\n") for line in handle}
-    except (OSError, TypeError, UnicodeDecodeError):
-        return None
-
-
 def _validate_objective(config: Config) -> None:
     """--mlm_only / --sentence_order_prediction / --disable_masking and the MLM-only window flags."""
     if config.mlm_only and config.sentence_order_prediction:
@@ -246,12 +237,12 @@ def _validate_objective(config: Config) -> None:
     if config.disable_masking and not config.mlm_only:
         raise ConfigError(
             "--disable_masking needs --mlm_only: only MLM-only records can be stored unmasked (mask them in the "
-            "reader with bert_data.input.pretraining_dataset(..., dynamic_masking=True))"
+            "reader with bert_data.pretraining_dataset(..., dynamic_masking=True))"
         )
     if config.disable_masking and config.mask_whole_word:
         raise ConfigError(
             "--mask_whole_word has no effect with --disable_masking (nothing is masked when writing): drop it and "
-            "pass mask_whole_word=True to bert_data.input.pretraining_dataset(..., dynamic_masking=True) instead"
+            "pass mask_whole_word=True to bert_data.pretraining_dataset(..., dynamic_masking=True) instead"
         )
     defaults = Config.__dataclass_fields__
     if not config.mlm_only:
@@ -278,12 +269,7 @@ def _validate_objective(config: Config) -> None:
                 f"--document_separator_token {token} would be confused with the model's own {token}; use [SEP] or "
                 "an unused vocabulary token such as [unused0]"
             )
-        tokens = _vocab_tokens(config.vocab_file)
-        if tokens is not None and token not in tokens:
-            raise ConfigError(
-                f"--document_separator_token {token!r} is not in --vocab_file {config.vocab_file}; use [SEP] or a "
-                "token of that vocabulary"
-            )
+        # that the token is in the vocabulary is a start-up check (bert_data.runners.startup)
     if config.disable_masking and config.dupe_factor > 1 and config.short_seq_prob == 0:
         import logging
 
@@ -299,7 +285,7 @@ RUNNERS = ("local", "beam")
 
 
 def _validate_runner(config: Config) -> None:
-    """--runner rules (the Beam runner itself lives in bert_data.beam_runner)."""
+    """--runner rules (the runners live in bert_data.runners)."""
     if config.runner not in RUNNERS:
         raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {config.runner!r}")
     if config.runner == "beam" and config.resume:

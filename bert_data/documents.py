@@ -21,7 +21,7 @@ import stat
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from .errors import MetadataError
 from .metadata import DocumentSource
@@ -323,3 +323,45 @@ def read_source(
         input_bytes=input_bytes,
         compression=compression,
     )
+
+
+# --- a group's documents --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How listed files become documents (from the config: ``--input_format``, ``--text_key``,
+    ``--multiple_docs_in_single_file`` + ``--multiple_docs_separator``)."""
+
+    input_format: str = "text"
+    text_key: str = "text"
+    separator: Optional[str] = None  # split a file into documents on this, or None: one document per file
+
+
+def read_documents(sources: Sequence[DocumentSource], options: ReadOptions, stats: Counter) -> List[str]:
+    """The documents of a group, in metadata order; every file and skip is counted in ``stats``."""
+    documents: List[str] = []
+    for source in sources:
+        result = read_source(source, options.separator, options.input_format, options.text_key)
+        stats["input_bytes"] += result.input_bytes
+        stats["replaced_bytes"] += result.replaced_bytes
+        if result.encoding != "utf-8":
+            stats[f"decoded_as.{result.encoding}"] += 1
+        if result.compression:
+            stats[f"decompressed.{result.compression}"] += 1  # files decompressed, by format
+        if result.skip_reason:
+            stats["documents.read"] += 1
+            stats[f"skipped.{result.skip_reason}"] += 1
+            continue
+        for reason, count in result.skipped.items():  # JSON Lines lines skipped one by one
+            stats["documents.read"] += count
+            stats[f"skipped.{reason}"] += count
+        stats["documents.read"] += len(result.documents)
+        documents.extend(result.documents)
+    return documents
+
+
+def untokenized_reason(text: str) -> str:
+    """Why a document that yielded no token is skipped: nothing but whitespace, or text whose
+    every character was cleaned away (control, zero-width, ...)."""
+    return SKIP_EMPTY if not text.strip() else SKIP_NO_SENTENCE

@@ -1,4 +1,4 @@
-"""Instance stage: tokenized documents -> MLM + NSP training instances (pure, no I/O).
+"""Instance stage: a tokenized group -> NSP or SOP sentence pairs, one dupe pass at a time (pure).
 
 This follows google-research/bert ``create_pretraining_data.py`` decision for decision, with
 three deliberate differences that users asked for:
@@ -7,37 +7,46 @@ three deliberate differences that users asked for:
   retries 10 times and may give up); with one document in a group, no random B exists and
   the pair is a true continuation or, for a one-sentence chunk, counted and skipped;
 * ``--mask_whole_word`` makes the 80/10/10 choice once per word (the reference draws per piece)
-  and never joins a ``##`` piece across ``[SEP]``;
+  and never joins a ``##`` piece across ``[SEP]`` (see :mod:`bert_data.masking`);
 * work is organised for speed: pairing works on sentence *offsets* into one flat token array
   (so a pathological 10-million-token sentence costs O(1) here), truncation draws how many
   tokens leave each end in closed form (the same distribution as one coin flip per token),
   and masking is vectorised over a whole batch of instances with numpy.
 
-Randomness comes only from the RNGs passed in, which callers derive from (seed, group, pass).
+:func:`pair_pass` is the production unit: plan every pair of one pass, shuffle the plan, then
+assemble and mask it in bounded batches, each row tagged with its shard. The per-group function
+(:mod:`bert_data.group`) feeds those batches to the fragment writer; tests drive it directly.
+
+Randomness comes only from the :class:`PassRandomness` passed in, which the per-group function
+derives from (seed, group, pass).
 """
 
 from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from .masking import MaskingParams, mask_batch
+from .tokenization import TokenizedGroup
+
+# Instances of one pass are assembled, masked and serialized in batches of this many rows, so
+# the (rows x max_seq_length) temporaries stay bounded however large a group is.
+INSTANCE_BATCH_ROWS = 4096
 
 
 @dataclass(frozen=True)
 class InstanceParams:
+    """Shape of the sequences: shared by NSP/SOP pairs and MLM-only windows."""
+
     max_seq_length: int
     short_seq_prob: float
     min_short_seq_length: int
-    masked_lm_prob: float
-    max_predictions_per_seq: int
-    mask_whole_word: bool
-    vocab_size: int
     cls_id: int
     sep_id: int
-    mask_id: int
     sentence_order_prediction: bool = False  # ALBERT SOP pairs instead of NSP (see plan_pairs)
 
     @property
@@ -46,32 +55,39 @@ class InstanceParams:
 
 
 @dataclass
-class TokenizedGroup:
-    """All documents of one group, flattened: the only per-group token storage.
+class PassRandomness:
+    """Every random choice of one (group, dupe pass): derived by the caller from stable ids."""
 
-    ``ids[sent_offsets[s]:sent_offsets[s+1]]`` are sentence ``s``; document ``d`` owns
-    sentences ``doc_starts[d]`` to ``doc_starts[d+1] - 1``. Every sentence and document is
-    non-empty.
-    """
+    plan_rng: random.Random  # target lengths, split points, random B, truncation (or window lengths)
+    mask_rng: np.random.Generator  # instance order and masks
+    first_shard: int  # the shard the pass's first instance goes to; the rest follow round-robin
 
-    ids: np.ndarray  # int32, all tokens
-    sent_offsets: np.ndarray  # int64, len = n_sentences + 1
-    doc_starts: List[int]  # len = n_docs + 1
 
-    @property
-    def n_docs(self) -> int:
-        return len(self.doc_starts) - 1
+@dataclass
+class InstancePass:
+    """One dupe pass of one group, planned: ``n`` instances, produced lazily in batches of
+    ``(features, shard of each row)``, rows already in output order."""
+
+    n: int
+    unpaired: int  # chunks skipped for want of a partner (NSP: no other document; SOP: one sentence)
+    batches: Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]
+    spanning_documents: int = 0  # MLM-only: windows that hold a document separator
+
+
+def shard_of_rows(start: int, count: int, first_shard: int, num_shards: int) -> np.ndarray:
+    """Round-robin shards of rows ``start .. start + count - 1`` of a pass."""
+    return (np.arange(start, start + count) + first_shard) % num_shards
 
 
 @dataclass
 class PairPlan:
     """Token ranges (into ``TokenizedGroup.ids``) of segments A and B of each instance."""
 
-    a_lo: List[int]
-    a_hi: List[int]
-    b_lo: List[int]
-    b_hi: List[int]
-    is_random_next: List[int]
+    a_lo: List[int] = field(default_factory=list)
+    a_hi: List[int] = field(default_factory=list)
+    b_lo: List[int] = field(default_factory=list)
+    b_hi: List[int] = field(default_factory=list)
+    is_random_next: List[int] = field(default_factory=list)
     negatives_unavailable: int = 0  # one-sentence chunks dropped: no other document for a random B
 
     def __len__(self) -> int:
@@ -90,13 +106,6 @@ class PairPlan:
         self.b_lo.append(b_lo)
         self.b_hi.append(b_hi)
         self.is_random_next.append(label)
-
-
-def _target_seq_length(params: InstanceParams, max_num_tokens: int, rng: random.Random) -> int:
-    """Per document and pass: usually the maximum, with ``short_seq_prob`` a random shorter one."""
-    if rng.random() < params.short_seq_prob:
-        return rng.randint(params.min_short_seq_length, max_num_tokens)
-    return max_num_tokens
 
 
 def _popcount(value: int) -> int:
@@ -133,108 +142,132 @@ def truncate_pair(a_lo: int, a_hi: int, b_lo: int, b_hi: int, max_num_tokens: in
             b_hi -= from_b - front
 
 
+@dataclass
+class _PassPlanner:
+    """The state one pass of planning shares across documents (BERT passes it as 8 arguments)."""
+
+    group: TokenizedGroup
+    params: InstanceParams
+    rng: random.Random
+    plan: PairPlan = field(default_factory=PairPlan)
+
+    def __post_init__(self) -> None:
+        self.off: List[int] = self.group.sent_offsets.tolist()
+        self.n_docs = self.group.n_docs
+        self.max_num_tokens = self.params.max_num_tokens
+
+    def target_seq_length(self) -> int:
+        """Per document and pass: usually the maximum, with ``short_seq_prob`` a random shorter one."""
+        if self.rng.random() < self.params.short_seq_prob:
+            return self.rng.randint(self.params.min_short_seq_length, self.max_num_tokens)
+        return self.max_num_tokens
+
+    def nsp_document(self, d: int) -> None:
+        """BERT's ``create_instances_from_document`` on sentence offsets (see the module docstring)."""
+        off, rng, plan = self.off, self.rng, self.plan
+        doc_starts = self.group.doc_starts
+        s_begin, s_end = doc_starts[d], doc_starts[d + 1]
+        target_seq_length = self.target_seq_length()
+        chunk_start = s_begin
+        current_length = 0
+        i = s_begin
+        while i < s_end:
+            current_length += off[i + 1] - off[i]
+            if i == s_end - 1 or current_length >= target_seq_length:
+                n_chunk = i + 1 - chunk_start
+                a_end = 1 if n_chunk < 2 else rng.randint(1, n_chunk - 1)
+                a_lo, a_hi = off[chunk_start], off[chunk_start + a_end]
+                want_random = n_chunk == 1 or rng.random() < 0.5
+                if want_random and self.n_docs < 2:
+                    if n_chunk == 1:
+                        plan.negatives_unavailable += 1
+                        chunk_start, current_length = i + 1, 0
+                        i += 1
+                        continue
+                    want_random = False  # no other document: keep the true continuation
+                if want_random:
+                    b_lo, b_hi = self._random_segment(d, target_seq_length - (a_hi - a_lo))
+                    i -= n_chunk - a_end  # put the unused sentences back
+                    is_random = 1
+                else:
+                    b_lo, b_hi = a_hi, off[i + 1]
+                    is_random = 0
+                plan.add(*truncate_pair(a_lo, a_hi, b_lo, b_hi, self.max_num_tokens, rng), is_random)
+                chunk_start, current_length = i + 1, 0
+            i += 1
+
+    def _random_segment(self, d: int, target_b_length: int) -> Tuple[int, int]:
+        """A random B: whole sentences from a random *other* document, reaching the target length."""
+        off, rng, doc_starts = self.off, self.rng, self.group.doc_starts
+        r = rng.randint(0, self.n_docs - 2)
+        if r >= d:
+            r += 1  # uniform over the *other* documents
+        r_begin, r_end = doc_starts[r], doc_starts[r + 1]
+        start = rng.randint(r_begin, r_end - 1)
+        b_lo = off[start]
+        # smallest sentence end reaching target_b_length (at least one sentence)
+        stop = bisect_left(off, b_lo + target_b_length, start + 1, r_end + 1)
+        return b_lo, off[min(stop, r_end)]
+
+    def sop_document(self, d: int) -> None:
+        """ALBERT ``create_instances_from_document`` with ``random_next_sentence=False``.
+
+        Same chunking as NSP (target length with ``short_seq_prob``, chunks of whole sentences);
+        A is the chunk's first ``a_end`` sentences (``a_end`` uniform in [1, n - 1]) and B the
+        rest, B being A's true continuation. With probability 0.5 they are swapped and the label
+        (``is_random_next``, written as ``next_sentence_labels``) is 1; otherwise it is 0. Then
+        the pair is truncated like NSP pairs. Random draws in ALBERT's order: ``a_end``, the
+        swap coin, the truncation.
+
+        One deliberate difference: for a chunk of a single sentence ALBERT takes B from a
+        *random other document* and labels it 1, so that label then means "random", not
+        "swapped" (an NSP leak into SOP). Here B never comes from another document and no
+        sentence is split: such chunks are skipped and counted in ``plan.negatives_unavailable``
+        (reported as ``sop_single_segment_chunks``).
+        """
+        off, rng, plan = self.off, self.rng, self.plan
+        s_begin, s_end = self.group.doc_starts[d], self.group.doc_starts[d + 1]
+        target_seq_length = self.target_seq_length()
+        chunk_start = s_begin
+        current_length = 0
+        for i in range(s_begin, s_end):
+            current_length += off[i + 1] - off[i]
+            if i == s_end - 1 or current_length >= target_seq_length:
+                n_chunk = i + 1 - chunk_start
+                if n_chunk < 2:
+                    plan.negatives_unavailable += 1
+                else:
+                    a_end = rng.randint(1, n_chunk - 1)
+                    first_lo, first_hi = off[chunk_start], off[chunk_start + a_end]
+                    second_lo, second_hi = first_hi, off[i + 1]
+                    if rng.random() < 0.5:
+                        a_lo, a_hi, b_lo, b_hi, label = second_lo, second_hi, first_lo, first_hi, 1
+                    else:
+                        a_lo, a_hi, b_lo, b_hi, label = first_lo, first_hi, second_lo, second_hi, 0
+                    plan.add(*truncate_pair(a_lo, a_hi, b_lo, b_hi, self.max_num_tokens, rng), label)
+                chunk_start, current_length = i + 1, 0
+
+
 def plan_pairs(
     group: TokenizedGroup, params: InstanceParams, rng: random.Random, sentence_order_prediction: Optional[bool] = None
 ) -> PairPlan:
     """One dupe pass over every document of the group: choose A/B segments and NSP labels.
 
     With ``sentence_order_prediction`` (default: ``params.sentence_order_prediction``) the
-    labels are ALBERT's sentence-order labels instead (see :func:`_plan_document_sop`).
+    labels are ALBERT's sentence-order labels instead (see :meth:`_PassPlanner.sop_document`).
     """
-    off = group.sent_offsets.tolist()
-    doc_starts = group.doc_starts
-    n_docs = group.n_docs
-    max_num_tokens = params.max_num_tokens
-    plan = PairPlan([], [], [], [], [])
     if sentence_order_prediction is None:
         sentence_order_prediction = params.sentence_order_prediction
-    plan_document = _plan_document_sop if sentence_order_prediction else _plan_document
-    for d in range(n_docs):
-        plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan)
-    return plan
-
-
-def _plan_document_sop(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan) -> None:
-    """ALBERT ``create_instances_from_document`` with ``random_next_sentence=False``.
-
-    Same chunking as NSP (target length with ``short_seq_prob``, chunks of whole sentences);
-    A is the chunk's first ``a_end`` sentences (``a_end`` uniform in [1, n - 1]) and B the rest,
-    B being A's true continuation. With probability 0.5 they are swapped and the label
-    (``is_random_next``, written as ``next_sentence_labels``) is 1; otherwise it is 0. Then the
-    pair is truncated like NSP pairs. Random draws in ALBERT's order: ``a_end``, the swap coin,
-    the truncation.
-
-    One deliberate difference: for a chunk of a single sentence ALBERT takes B from a
-    *random other document* and labels it 1, so that label then means "random", not
-    "swapped" (an NSP leak into SOP). Here B never comes from another document and no
-    sentence is split: such chunks are skipped and counted in ``plan.negatives_unavailable``
-    (reported as ``sop_single_segment_chunks``).
-    """
-    s_begin, s_end = doc_starts[d], doc_starts[d + 1]
-    target_seq_length = _target_seq_length(params, max_num_tokens, rng)
-    chunk_start = s_begin
-    current_length = 0
-    for i in range(s_begin, s_end):
-        current_length += off[i + 1] - off[i]
-        if i == s_end - 1 or current_length >= target_seq_length:
-            n_chunk = i + 1 - chunk_start
-            if n_chunk < 2:
-                plan.negatives_unavailable += 1
-            else:
-                a_end = rng.randint(1, n_chunk - 1)
-                first_lo, first_hi = off[chunk_start], off[chunk_start + a_end]
-                second_lo, second_hi = first_hi, off[i + 1]
-                if rng.random() < 0.5:
-                    a_lo, a_hi, b_lo, b_hi, label = second_lo, second_hi, first_lo, first_hi, 1
-                else:
-                    a_lo, a_hi, b_lo, b_hi, label = first_lo, first_hi, second_lo, second_hi, 0
-                plan.add(*truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng), label)
-            chunk_start, current_length = i + 1, 0
-
-
-def _plan_document(d, off, doc_starts, n_docs, max_num_tokens, params, rng, plan) -> None:
-    s_begin, s_end = doc_starts[d], doc_starts[d + 1]
-    target_seq_length = _target_seq_length(params, max_num_tokens, rng)
-    chunk_start = s_begin
-    current_length = 0
-    i = s_begin
-    while i < s_end:
-        current_length += off[i + 1] - off[i]
-        if i == s_end - 1 or current_length >= target_seq_length:
-            n_chunk = i + 1 - chunk_start
-            a_end = 1 if n_chunk < 2 else rng.randint(1, n_chunk - 1)
-            a_lo, a_hi = off[chunk_start], off[chunk_start + a_end]
-            want_random = n_chunk == 1 or rng.random() < 0.5
-            if want_random and n_docs < 2:
-                if n_chunk == 1:
-                    plan.negatives_unavailable += 1
-                    chunk_start, current_length = i + 1, 0
-                    i += 1
-                    continue
-                want_random = False  # no other document: keep the true continuation
-            if want_random:
-                target_b_length = target_seq_length - (a_hi - a_lo)
-                r = rng.randint(0, n_docs - 2)
-                if r >= d:
-                    r += 1  # uniform over the *other* documents
-                r_begin, r_end = doc_starts[r], doc_starts[r + 1]
-                start = rng.randint(r_begin, r_end - 1)
-                b_lo = off[start]
-                # smallest sentence end reaching target_b_length (at least one sentence)
-                stop = bisect_left(off, b_lo + target_b_length, start + 1, r_end + 1)
-                b_hi = off[min(stop, r_end)]
-                i -= n_chunk - a_end  # put the unused sentences back
-                is_random = 1
-            else:
-                b_lo, b_hi = a_hi, off[i + 1]
-                is_random = 0
-            plan.add(*truncate_pair(a_lo, a_hi, b_lo, b_hi, max_num_tokens, rng), is_random)
-            chunk_start, current_length = i + 1, 0
-        i += 1
+    planner = _PassPlanner(group, params, rng)
+    plan_document = planner.sop_document if sentence_order_prediction else planner.nsp_document
+    for d in range(group.n_docs):
+        plan_document(d)
+    return planner.plan
 
 
 def assemble(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Dict[str, np.ndarray]:
-    """``[CLS] A [SEP] B [SEP]`` + padding for every planned pair, as (n, L) arrays."""
+    """``[CLS] A [SEP] B [SEP]`` + padding for every planned pair, as (n, L) arrays, plus the
+    masking inputs ``candidates`` (the tokens of A and B) and ``real_length``."""
     n = len(plan)
     length = params.max_seq_length
     a_lo = np.asarray(plan.a_lo, dtype=np.int64)[:, None]
@@ -264,157 +297,30 @@ def assemble(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Dict[st
     }
 
 
-def num_to_predict(real_length: np.ndarray, params: InstanceParams) -> np.ndarray:
-    """``min(max_pred, max(1, round(len * prob)))`` with Python's round-half-even, per row."""
-    return np.minimum(
-        params.max_predictions_per_seq,
-        np.maximum(1, np.rint(real_length.astype(np.float64) * params.masked_lm_prob)),
-    ).astype(np.int64)
-
-
-def _replacement_tokens(original: np.ndarray, coin: np.ndarray, random_ids: np.ndarray, mask_id: int) -> np.ndarray:
-    """80% [MASK], 10% keep, 10% a random vocabulary id (the reference's choice)."""
-    return np.where(coin < 0.8, mask_id, np.where(coin < 0.9, original, random_ids))
-
-
-def mask_batch(
-    arrays: Dict[str, np.ndarray],
-    params: InstanceParams,
-    rng: np.random.Generator,
-    is_continuation: Optional[np.ndarray] = None,
-) -> Dict[str, np.ndarray]:
-    """Masked-LM predictions for every row of an assembled batch; returns the 7 features."""
-    if params.mask_whole_word:
-        if is_continuation is None:
-            raise ValueError("whole-word masking needs the vocabulary's ## continuation table")
-        return _mask_whole_words(arrays, params, rng, is_continuation)
-    input_ids = arrays["input_ids"].copy()
-    candidates = arrays["candidates"]
-    n, length = input_ids.shape
-    p = params.max_predictions_per_seq
-    k = np.minimum(num_to_predict(arrays["real_length"], params), candidates.sum(axis=1))
-    keys = rng.random((n, length))
-    keys[~candidates] = 2.0
-    width = min(p, length)
-    chosen = np.argpartition(keys, width - 1, axis=1)[:, :width] if width < length else np.argsort(keys, axis=1)
-    chosen_keys = np.take_along_axis(keys, chosen, axis=1)
-    order = np.argsort(chosen_keys, axis=1)
-    chosen = np.take_along_axis(chosen, order, axis=1)  # positions in random order
-    slot = np.arange(width)[None, :]
-    used = slot < k[:, None]
-    positions = np.where(used, chosen, length)  # sentinel sorts last
-    positions.sort(axis=1)
-    used = positions < length
-    positions = np.where(used, positions, 0)
-    rows = np.arange(n)[:, None]
-    original = np.where(used, input_ids[rows, positions], 0)
-    coin = rng.random((n, width))
-    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
-    replacement = _replacement_tokens(original, coin, random_ids, params.mask_id)
-    input_ids[rows, positions] = np.where(used, replacement, input_ids[rows, positions])
-    return _features(arrays, input_ids, positions, original, used, p)
-
-
-def _features(arrays, input_ids, positions, original, used, p) -> Dict[str, np.ndarray]:
-    n, width = positions.shape
-    if width < p:
-        pad = np.zeros((n, p - width), dtype=positions.dtype)
-        positions = np.concatenate([positions, pad], axis=1)
-        original = np.concatenate([original, pad], axis=1)
-        used = np.concatenate([used, pad.astype(bool)], axis=1)
-    return {
-        "input_ids": input_ids.astype(np.int32),
-        "input_mask": arrays["input_mask"],
-        "segment_ids": arrays["segment_ids"],
-        "masked_lm_positions": positions.astype(np.int32),
-        "masked_lm_ids": original.astype(np.int32),
-        "masked_lm_weights": used.astype(np.float32),
-        "next_sentence_labels": arrays["next_sentence_labels"],
-    }
-
-
-def _mask_whole_words(arrays, params, rng, is_continuation) -> Dict[str, np.ndarray]:
-    """Whole-word masking, one row at a time (the greedy "skip words that do not fit" rule)."""
-    input_ids = arrays["input_ids"].copy()
-    candidates = arrays["candidates"]
-    n, length = input_ids.shape
-    p = params.max_predictions_per_seq
-    k_all = num_to_predict(arrays["real_length"], params)
-    positions = np.zeros((n, p), dtype=np.int64)
-    original = np.zeros((n, p), dtype=np.int64)
-    used = np.zeros((n, p), dtype=bool)
-    for row in range(n):
-        ids_row = input_ids[row]
-        words: List[List[int]] = []
-        previous = -2
-        for index in np.flatnonzero(candidates[row]).tolist():
-            if words and previous == index - 1 and is_continuation[ids_row[index]]:
-                words[-1].append(index)
-            else:
-                words.append([index])
-            previous = index
-        order = rng.permutation(len(words))
-        budget = int(k_all[row])
-        picked: List[int] = []
-        chosen_words: List[List[int]] = []
-        for w in order.tolist():
-            if len(picked) >= budget:
-                break
-            word = words[w]
-            if len(picked) + len(word) > budget:
-                continue
-            picked.extend(word)
-            chosen_words.append(word)
-        if not chosen_words:
-            continue
-        coins = rng.random(len(chosen_words))
-        randoms = rng.integers(0, params.vocab_size, size=len(picked))
-        new_values = {}
-        r = 0
-        for word, coin in zip(chosen_words, coins.tolist()):
-            for index in word:
-                if coin < 0.8:
-                    new_values[index] = params.mask_id
-                elif coin < 0.9:
-                    new_values[index] = int(ids_row[index])
-                else:
-                    new_values[index] = int(randoms[r])
-                r += 1
-        sorted_positions = sorted(picked)
-        count = len(sorted_positions)
-        positions[row, :count] = sorted_positions
-        original[row, :count] = ids_row[sorted_positions]
-        used[row, :count] = True
-        ids_row[sorted_positions] = [new_values[i] for i in sorted_positions]
-    return _features(arrays, input_ids, positions, original, used, p)
-
-
-def create_instances(
+def pair_pass(
     group: TokenizedGroup,
     params: InstanceParams,
-    pair_rng: random.Random,
-    mask_rng: np.random.Generator,
+    masking: MaskingParams,
+    randomness: PassRandomness,
+    num_shards: int,
     is_continuation: Optional[np.ndarray] = None,
-) -> Dict[str, np.ndarray]:
-    """One dupe pass over a group: plan pairs, assemble, mask. Rows are in document order."""
-    plan = plan_pairs(group, params, pair_rng)
-    if len(plan) == 0:  # still report the chunks that could not be paired
-        return {"_negatives_unavailable": np.asarray([plan.negatives_unavailable])}
-    arrays = assemble(group.ids, plan, params)
-    features = mask_batch(arrays, params, mask_rng, is_continuation)
-    features["_negatives_unavailable"] = np.asarray([plan.negatives_unavailable])
-    return features
+    batch_rows: int = INSTANCE_BATCH_ROWS,
+) -> InstancePass:
+    """One NSP/SOP dupe pass of a group: plan every pair, shuffle the plan, then assemble and
+    mask it lazily in batches of ``batch_rows`` (memory stays bounded however large the group).
 
+    Random draws, in order: the plan (``plan_rng``); the instance order, then each batch's masks
+    (``mask_rng``). ``is_continuation`` is the vocabulary's ``##`` table (whole-word masking).
+    """
+    plan = plan_pairs(group, params, randomness.plan_rng)
+    n = len(plan)
+    order = randomness.mask_rng.permutation(n).tolist()  # the pass's instance order, before any is built
 
-def build_group(per_document_sentence_ids: Sequence[Sequence[np.ndarray]]) -> TokenizedGroup:
-    """Flatten documents (lists of non-empty token-id arrays) into a :class:`TokenizedGroup`."""
-    lengths: List[int] = [0]
-    doc_starts = [0]
-    chunks = []
-    for sentences in per_document_sentence_ids:
-        for sentence in sentences:
-            lengths.append(len(sentence))
-            chunks.append(sentence)
-        doc_starts.append(len(lengths) - 1)
-    ids = np.concatenate(chunks).astype(np.int32) if chunks else np.zeros(0, dtype=np.int32)
-    return TokenizedGroup(ids=ids, sent_offsets=np.cumsum(lengths, dtype=np.int64), doc_starts=doc_starts)
+    def batches() -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
+        for start in range(0, n, batch_rows):
+            rows = order[start : start + batch_rows]
+            arrays = assemble(group.ids, plan.take(rows), params)
+            features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation)
+            yield features, shard_of_rows(start, len(rows), randomness.first_shard, num_shards)
+
+    return InstancePass(n=n, unpaired=plan.negatives_unavailable, batches=batches())

@@ -1,8 +1,8 @@
-"""Progress of a ``create_tfrecords`` run: a tqdm bar on stderr, fed by :func:`bert_data.pipeline.run`.
+"""Progress of a ``create_tfrecords`` run: a tqdm bar on stderr, fed by :func:`bert_data.runners.local.run`.
 
 ``run(config, on_start=progress.start, on_group=progress.update)``: ``start`` receives the
 :class:`~bert_data.metadata.MetadataSummary` (the number of metadata entries is the bar's
-total), ``update`` each :class:`~bert_data.pipeline.GroupResult` in group order. The bar shows
+total), ``update`` each :class:`~bert_data.group.GroupResult` in group order. The bar shows
 documents done of total, instances written, input MB/s and the ETA. It is drawn only on a
 terminal and never on stdout (the final summary line owns stdout); otherwise every method is a
 no-op, so callers never need to check.

@@ -39,6 +39,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import tokenizers
@@ -48,13 +49,21 @@ from bert_data.errors import VocabError
 
 __all__ = [
     "SPECIAL_TOKENS",
+    "NEVER_MASKED_TOKENS",
     "FullTokenizer",
+    "TokenizedGroup",
     "case_mismatch_warning",
+    "continuation_table",
     "load_vocab",
+    "tokenize_group",
+    "vocab_tokens",
 ]
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+#: The tokens every vocabulary must hold (a vocabulary without one is refused).
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
+#: The tokens that are never chosen for a masked-LM prediction ([UNK] may be).
+NEVER_MASKED_TOKENS: tuple[str, ...] = (PAD, CLS, SEP, MASK)
 
 #: Reference ``WordpieceTokenizer.max_input_chars_per_word``.
 MAX_INPUT_CHARS_PER_WORD = 200
@@ -127,6 +136,22 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
             + ", ".join(missing)
         )
     return vocab
+
+
+def vocab_tokens(vocab: dict[str, int]) -> list[str]:
+    """The tokens of a vocabulary from :func:`load_vocab`, indexed by id."""
+    tokens = [""] * len(vocab)
+    for token, index in vocab.items():
+        tokens[index] = token
+    return tokens
+
+
+def continuation_table(vocab: dict[str, int]) -> np.ndarray:
+    """``table[id]`` is True when token ``id`` is a ``##`` WordPiece continuation (whole-word masking)."""
+    table = np.zeros(len(vocab), dtype=bool)
+    for token, index in vocab.items():
+        table[index] = token.startswith("##")
+    return table
 
 
 def _looks_cased(vocab: dict[str, int]) -> bool:
@@ -624,3 +649,82 @@ def _flatten(id_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     np.cumsum(np.fromiter(map(len, id_lists), dtype=np.int64, count=n), out=offsets[1:])
     ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(offsets[-1]))
     return ids, offsets
+
+
+# --------------------------------------------------------------------------------------------
+# A group of documents, tokenized: the tokenization stage's output
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenizedGroup:
+    """All documents of one group, flattened: the only per-group token storage.
+
+    ``ids[sent_offsets[s]:sent_offsets[s+1]]`` are sentence ``s``; document ``d`` owns
+    sentences ``doc_starts[d]`` to ``doc_starts[d+1] - 1``. Every sentence and document is
+    non-empty.
+    """
+
+    ids: np.ndarray  # int32, all tokens
+    sent_offsets: np.ndarray  # int64, len = n_sentences + 1
+    doc_starts: list[int]  # len = n_docs + 1
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_starts) - 1
+
+    @classmethod
+    def from_sentences(
+        cls, ids: np.ndarray, sentence_lengths: np.ndarray, sentence_doc: np.ndarray, n_docs: int
+    ) -> tuple["TokenizedGroup", list[int]]:
+        """The group of the non-empty sentences and documents, and the documents left out.
+
+        ``ids`` are every sentence's tokens back to back, ``sentence_lengths`` their counts and
+        ``sentence_doc`` the document (0 .. n_docs - 1, non-decreasing) of each sentence.
+        Sentences without tokens are dropped; documents left without a sentence are returned
+        (their indices), so the caller can count why they were skipped."""
+        keep = sentence_lengths > 0
+        owner = np.asarray(sentence_doc, dtype=np.int64)
+        per_doc = np.bincount(owner[keep], minlength=n_docs) if len(owner) else np.zeros(n_docs, dtype=np.int64)
+        doc_starts = [0]
+        left_out: list[int] = []
+        for index, count in enumerate(per_doc.tolist()):
+            if count == 0:
+                left_out.append(index)
+                continue
+            doc_starts.append(doc_starts[-1] + count)
+        sent_offsets = np.concatenate([[0], np.cumsum(sentence_lengths[keep])]).astype(np.int64)
+        return cls(ids=ids, sent_offsets=sent_offsets, doc_starts=doc_starts), left_out
+
+
+@dataclass
+class TokenizedDocuments:
+    """:func:`tokenize_group`'s result: the group, the documents it left out and the counts."""
+
+    group: TokenizedGroup
+    left_out: list[int]  # indices of documents without a single token
+    sentences: int  # sentences with at least one token
+    sentences_without_tokens: int
+    tokens: int
+    unk_tokens: int
+
+
+def tokenize_group(per_doc_sentences: Sequence[Sequence[str]], tokenizer: "FullTokenizer") -> TokenizedDocuments:
+    """Every sentence of every document to WordPiece ids at once (one batched call)."""
+    texts: list[str] = []
+    owner: list[int] = []
+    for index, sentences in enumerate(per_doc_sentences):
+        texts.extend(sentences)
+        owner.extend([index] * len(sentences))
+    ids, offsets = tokenizer.encode_ids(texts)
+    lengths = np.diff(offsets)
+    group, left_out = TokenizedGroup.from_sentences(ids, lengths, np.asarray(owner, dtype=np.int64), len(per_doc_sentences))
+    kept = int(np.count_nonzero(lengths > 0))
+    return TokenizedDocuments(
+        group=group,
+        left_out=left_out,
+        sentences=kept,
+        sentences_without_tokens=len(lengths) - kept,
+        tokens=int(len(ids)),
+        unk_tokens=int(np.count_nonzero(ids == tokenizer.unk_id)),
+    )

@@ -1,7 +1,7 @@
 """MLM-only instances: fixed windows over a group's token stream (pure, no I/O).
 
 The Cerebras Model Zoo ``create_tfrecords_mlm_only.py`` algorithm, on the same flat
-:class:`~bert_data.instances.TokenizedGroup` the NSP path uses (tokenized once per group;
+:class:`~bert_data.tokenization.TokenizedGroup` the NSP path uses (tokenized once per group;
 every dupe pass only re-plans windows and re-masks):
 
 * the **stream** is the group's documents in order. With ``allow_cross_document_examples``
@@ -16,37 +16,42 @@ every dupe pass only re-plans windows and re-masks):
   advances). After the last full window, the rest of the stream is one more window only if
   it holds a token not already in the previous window (the Model Zoo emits an empty or
   all-overlap window there);
-* masking is the NSP path's :func:`~bert_data.instances.mask_batch` (80/10/10, whole-word
+* masking is the NSP path's :func:`~bert_data.masking.mask_batch` (80/10/10, whole-word
   option); ``[CLS]``, ``[SEP]`` and the separator are never candidates, and a ``##`` piece
   never joins a word across the separator.
 
-Randomness comes only from the RNGs passed in.
+:func:`window_pass` is the production unit (one dupe pass: plan, then assemble, mask and
+shuffle in batches of at most ``--buffer_size`` tokens). Randomness comes only from the
+:class:`~bert_data.instances.PassRandomness` passed in.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from .instances import InstanceParams, TokenizedGroup, mask_batch
+from .instances import InstanceParams, InstancePass, PassRandomness, shard_of_rows
+from .masking import MaskingParams, mask_batch
+from .tokenization import TokenizedGroup
 
 
-def build_streams(group: TokenizedGroup, cross_document: bool, separator_id: int) -> Tuple[np.ndarray, List[int]]:
-    """The token stream(s) of a group: ``(tokens, bounds)``; stream ``s`` is
-    ``tokens[bounds[s]:bounds[s + 1]]``. One stream joined by separators with
-    ``cross_document``, else one stream per document (``tokens`` is then ``group.ids``)."""
+def build_streams(group: TokenizedGroup, separator_id: Optional[int]) -> "WindowStreams":
+    """The token stream(s) of a group; stream ``s`` is ``tokens[bounds[s]:bounds[s + 1]]``.
+
+    With a ``separator_id`` (``--allow_cross_document_examples``) one stream of every document
+    joined by separators; with None one stream per document (``tokens`` is then ``group.ids``)."""
     doc_token_starts = group.sent_offsets[np.asarray(group.doc_starts, dtype=np.int64)]
-    if not cross_document:
-        return group.ids, [int(x) for x in doc_token_starts]
-    n_docs = group.n_docs
-    if n_docs == 0:
-        return group.ids[:0], [0, 0]
+    if separator_id is None:
+        return WindowStreams(group.ids, [int(x) for x in doc_token_starts], None)
+    if group.n_docs == 0:
+        return WindowStreams(group.ids[:0], [0, 0], separator_id)
     # insert one separator before the first token of every document but the first
     positions = doc_token_starts[1:-1]
     tokens = np.insert(group.ids, positions, np.int32(separator_id)).astype(np.int32, copy=False)
-    return tokens, [0, len(tokens)]
+    return WindowStreams(tokens, [0, len(tokens)], separator_id)
 
 
 def plan_windows(
@@ -146,16 +151,59 @@ def assemble_windows(
     }
 
 
-def mask_windows(
-    arrays: Dict[str, np.ndarray],
+@dataclass(frozen=True)
+class WindowStreams:
+    """A group's token stream(s) (see :func:`build_streams`) and the separator between documents
+    (None: windows never span documents, so no separator is ever inside one)."""
+
+    tokens: np.ndarray
+    bounds: List[int]
+    separator_id: Optional[int]
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    overlap_size: int  # tokens shared by consecutive windows
+    rows_per_batch: int  # windows assembled, masked and shuffled at once (--buffer_size // max_seq_length)
+
+
+def window_pass(
+    streams: WindowStreams,
     params: InstanceParams,
-    rng: np.random.Generator,
+    options: WindowOptions,
+    masking: Optional[MaskingParams],
+    randomness: PassRandomness,
+    num_shards: int,
     is_continuation: Optional[np.ndarray] = None,
-) -> Dict[str, np.ndarray]:
-    """The NSP path's masking on assembled windows; returns the five MLM-only features."""
-    staged = dict(arrays, segment_ids=None, next_sentence_labels=None)
-    features = mask_batch(staged, params, rng, is_continuation)
-    return {
-        name: features[name]
-        for name in ("input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions", "masked_lm_weights")
-    }
+) -> InstancePass:
+    """One MLM-only dupe pass: plan the windows over every stream, then lazily assemble, mask
+    (unless ``masking`` is None: ``--disable_masking``) and shuffle them batch by batch.
+
+    Random draws, in order: the window lengths (``plan_rng``); per batch, the masks, then the
+    order of the batch's rows (``mask_rng``)."""
+    starts, lengths = plan_group_windows(streams.bounds, params, options.overlap_size, randomness.plan_rng)
+    spanning = 0
+    if streams.separator_id is not None and len(starts):
+        spanning = _windows_with_separator(streams.tokens, starts, lengths, streams.separator_id)
+
+    def batches() -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
+        written = 0
+        for lo in range(0, len(starts), options.rows_per_batch):
+            hi = lo + options.rows_per_batch
+            arrays = assemble_windows(streams.tokens, starts[lo:hi], lengths[lo:hi], params, streams.separator_id)
+            if masking is not None:
+                features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation)
+            else:
+                features = {"input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+            n = len(features["input_ids"])
+            order = randomness.mask_rng.permutation(n)
+            features = {name: value[order] for name, value in features.items()}
+            yield features, shard_of_rows(written, n, randomness.first_shard, num_shards)
+            written += n
+
+    return InstancePass(n=len(starts), unpaired=0, batches=batches(), spanning_documents=spanning)
+
+
+def _windows_with_separator(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, separator_id: int) -> int:
+    is_separator = np.concatenate([[0], np.cumsum(tokens == separator_id)])
+    return int(np.count_nonzero(is_separator[starts + lengths] - is_separator[starts]))

@@ -30,10 +30,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import OutputError, ResumeError
-from .records import frame_records, serialize_examples
+from .format.manifest import MANIFEST_NAME
+from .format.records import frame_records, serialize_examples
+from .storage import write_json_atomically
 
 WORK_DIR_NAME = ".bert_data_work"
-MANIFEST_NAME = "data_params.json"
 RUN_FILE = "run.json"  # the settings of the run in progress (checked by --resume)
 PROGRESS_FILE = "progress.json"  # journal: groups merged so far, shard sizes, counters
 
@@ -196,16 +197,6 @@ class ShardAssembler:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
-
-
-def write_json_atomically(path: str, payload: Mapping) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=1, sort_keys=False)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _clear_fragments(work_dir: str) -> None:

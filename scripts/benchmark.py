@@ -6,7 +6,7 @@
     python scripts/benchmark.py --replicate 4 --dupe_factor 1    # corpus 4x larger, distinct documents
 
 Every measured run is a fresh child process (``--child``) that builds a ``Config`` with
-``build_config`` and calls ``bert_data.pipeline.run(config, on_group=...)``; it sums
+``build_config`` and calls ``bert_data.runners.local.run(config, on_group=...)``; it sums
 ``GroupResult.seconds`` over the groups (wall time per stage, summed over workers) and
 prints one JSON line on stdout. The parent samples ``VmRSS`` of the child and all its
 descendants (the worker pool) every ``--sample_ms`` and keeps the maximum of the *sum*.
@@ -183,7 +183,7 @@ def child_main(spec_json: str) -> int:
     from collections import Counter
 
     from bert_data.config import build_config
-    from bert_data.pipeline import run
+    from bert_data.runners.local import run
 
     logging.basicConfig(level=logging.WARNING)
     spec = json.loads(spec_json)

@@ -3,7 +3,7 @@
 
 import sys
 
-from bert_data.vocab_builder import main
+from bert_data.tools.vocab import main
 
 if __name__ == "__main__":
     sys.exit(main())

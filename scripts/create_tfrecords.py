@@ -3,7 +3,7 @@
 
 import sys
 
-from bert_data.cli import main
+from bert_data.tools.create import main
 
 if __name__ == "__main__":
     sys.exit(main())

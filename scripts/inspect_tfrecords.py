@@ -3,7 +3,7 @@
 
 import sys
 
-from bert_data.inspect import main
+from bert_data.tools.inspect import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 
 import sys
 
-from bert_data.split_metadata import main
+from bert_data.tools.split import main
 
 if __name__ == "__main__":
     sys.exit(main())

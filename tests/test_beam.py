@@ -13,7 +13,7 @@ from typing import Dict, List
 
 import pytest
 
-from bert_data.cli import main
+from bert_data.tools.create import main
 
 from conftest import base_args, write_corpus, write_vocab
 
@@ -211,7 +211,7 @@ def test_pipeline_options_need_beam_runner(tmp_path: Path, capsys) -> None:
 
 
 def test_group_encoding_round_trips() -> None:
-    from bert_data.beam_runner import decode_group, encode_group, is_remote
+    from bert_data.runners.beam import decode_group, encode_group, is_remote
     from bert_data.metadata import DocumentSource
 
     sources: List[DocumentSource] = [

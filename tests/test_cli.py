@@ -11,8 +11,8 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
-from bert_data.cli import main
-from bert_data.schema import tf_feature_spec
+from bert_data.tools.create import main
+from bert_data.format.schema import tf_feature_spec
 from conftest import base_args, sentence, write_corpus, write_vocab
 
 L, P = 32, 5  # base_args' max_seq_length / max_predictions_per_seq

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_data.cli import build_parser, config_from_args
+from bert_data.tools.create import build_parser, config_from_args
 from bert_data.config import Config, build_config, load_yaml_config, validate
 from bert_data.errors import ConfigError
 

@@ -12,10 +12,10 @@ tf = pytest.importorskip("tensorflow")
 from conftest import base_args, write_corpus, write_vocab  # noqa: E402
 from objective_corpus import read_examples  # noqa: E402
 
-from bert_data import cli  # noqa: E402
-from bert_data.dynamic_masking import make_dynamic_masker  # noqa: E402
+from bert_data.tools import create as cli  # noqa: E402
+from bert_data.reader.dynamic_masking import make_dynamic_masker  # noqa: E402
 from bert_data.errors import ConfigError  # noqa: E402
-from bert_data.input import pretraining_dataset  # noqa: E402
+from bert_data.reader.dataset import pretraining_dataset  # noqa: E402
 
 SEQ, PRED = 32, 5
 CLS, SEP, MASK, PAD = 101, 102, 103, 0

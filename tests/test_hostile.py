@@ -11,8 +11,8 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
-from bert_data.cli import main
-from bert_data.records import iter_records, parse_example
+from bert_data.tools.create import main
+from bert_data.format.records import iter_records, parse_example
 
 from conftest import base_args, sentence, write_vocab
 

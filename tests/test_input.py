@@ -14,10 +14,10 @@ tf = pytest.importorskip("tensorflow")
 
 from conftest import base_args, write_corpus, write_vocab  # noqa: E402
 
-from bert_data.cli import main as create_tfrecords  # noqa: E402
+from bert_data.tools.create import main as create_tfrecords  # noqa: E402
 from bert_data.errors import ConfigError, RecordFormatError  # noqa: E402
-from bert_data.input import decode_record, pretraining_dataset, resolve_files  # noqa: E402
-from bert_data.schema import FEATURE_NAMES, tf_feature_spec  # noqa: E402
+from bert_data.reader.dataset import decode_record, pretraining_dataset, resolve_files  # noqa: E402
+from bert_data.format.schema import FEATURE_NAMES, tf_feature_spec  # noqa: E402
 
 SEQ, PRED = 32, 5
 INT_FEATURES = [n for n in FEATURE_NAMES if n != "masked_lm_weights"]

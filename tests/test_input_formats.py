@@ -17,10 +17,10 @@ from typing import Dict, List, Tuple
 import pytest
 
 from bert_data import documents
-from bert_data.cli import build_parser, config_from_args, main
+from bert_data.tools.create import build_parser, config_from_args, main
 from bert_data.documents import parse_jsonl, read_source, sniff_compression
 from bert_data.metadata import DocumentSource
-from bert_data.pipeline import run
+from bert_data.runners.local import run
 
 from conftest import base_args, write_corpus, write_vocab
 

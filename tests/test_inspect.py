@@ -11,10 +11,10 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pytest
 
-from bert_data import inspect as insp
-from bert_data.cli import main as create_main
-from bert_data.records import frame_records, serialize_examples
-from bert_data.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
+from bert_data.tools import inspect as insp
+from bert_data.tools.create import main as create_main
+from bert_data.format.records import frame_records, serialize_examples
+from bert_data.format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
 
 from conftest import base_args, write_corpus, write_vocab
 

@@ -20,7 +20,7 @@ tf = pytest.importorskip("tensorflow")
 from conftest import base_args, write_corpus, write_vocab  # noqa: E402
 from objective_corpus import CLS, SEP, UNUSED0, original_ids, read_examples, write_unique_corpus  # noqa: E402
 
-from bert_data import cli  # noqa: E402
+from bert_data.tools import create as cli  # noqa: E402
 from bert_data.instances import build_group  # noqa: E402
 from bert_data.windows import build_streams, plan_windows  # noqa: E402
 

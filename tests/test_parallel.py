@@ -15,8 +15,8 @@ from typing import Dict
 import pytest
 from conftest import base_args, write_corpus, write_vocab
 
-from bert_data.cli import main as create_tfrecords
-from bert_data.records import iter_records, parse_example
+from bert_data.tools.create import main as create_tfrecords
+from bert_data.format.records import iter_records, parse_example
 
 N_DOCS = 30
 SPLIT_NUM = 4  # 8 groups: more groups than workers, so groups finish out of order

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_data.cli import main
-from bert_data.schema import tf_feature_spec
+from bert_data.tools.create import main
+from bert_data.format.schema import tf_feature_spec
 
 from conftest import shared_file
 

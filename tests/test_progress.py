@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bert_data.cli import main
+from bert_data.tools.create import main
 from bert_data.progress import RunProgress, format_postfix, progress_enabled
 
 from conftest import base_args

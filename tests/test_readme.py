@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from bert_data.cli import build_parser
+from bert_data.tools.create import build_parser
 
 from conftest import REPO
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_data import records
+from bert_data.format import records
 from bert_data.errors import RecordFormatError
-from bert_data.records import frame_records, iter_records, parse_example, serialize_examples
-from bert_data.schema import NSP_FEATURES, feature_lengths
+from bert_data.format.records import frame_records, iter_records, parse_example, serialize_examples
+from bert_data.format.schema import NSP_FEATURES, feature_lengths
 
 REPO = Path(__file__).resolve().parents[1]
 BERT_ORDER = sorted((f.name, f.dtype) for f in NSP_FEATURES)
@@ -174,7 +174,7 @@ def test_serialize_input_validation():
 
 def test_records_module_does_not_import_tensorflow_or_protobuf():
     code = (
-        "import sys, numpy as np, bert_data.records as r;"
+        "import sys, numpy as np, bert_data.format.records as r;"
         "r.frame_records(r.serialize_examples({'a': np.ones((2, 2), np.int64)}, [('a', 'int64')]));"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith('google.protobuf')];"
         "assert not bad, bad"
@@ -203,7 +203,7 @@ def test_masked_crc_known_values():
 def test_pure_python_crc_fallback_when_google_crc32c_missing():
     code = (
         "import sys; sys.modules['google_crc32c'] = None\n"
-        "import bert_data.records as r\n"
+        "import bert_data.format.records as r\n"
         "assert r.CRC32C_IMPLEMENTATION == 'pure-python', r.CRC32C_IMPLEMENTATION\n"
         "data = r.frame_records([b'abc', b''])\n"
         "assert list(r.iter_records(__import__('io').BytesIO(data))) == [b'abc', b'']\n"
@@ -232,7 +232,7 @@ def test_frame_records_matches_tfrecordwriter(tf, tmp_path):
 
 
 def read_with_tf(tf, path, compression_type=""):
-    from bert_data.schema import tf_feature_spec
+    from bert_data.format.schema import tf_feature_spec
 
     spec = tf_feature_spec(128, 20)
     ds = tf.data.TFRecordDataset([str(path)], compression_type=compression_type)

@@ -22,7 +22,7 @@ NON_OUTPUT = {"output_dir", "resume", "num_workers", "overwrite"}
 
 def _cli(args: List[str], env: Dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bert_data.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "bert_data.tools.create", *args], capture_output=True, text=True,
         env={**os.environ, **(env or {})}, timeout=300, **kwargs,
     )
 
@@ -131,7 +131,7 @@ def test_ctrl_c_stops_promptly_with_130_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = base_args(metadata, vocab, out, **slow)
     process = subprocess.Popen(
-        [sys.executable, "-m", "bert_data.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     journal = out / ".bert_data_work" / "progress.json"
     deadline = time.monotonic() + 120

@@ -14,7 +14,7 @@ tf = pytest.importorskip("tensorflow")
 from conftest import base_args  # noqa: E402
 from objective_corpus import CLS, SEP, original_ids, read_examples, write_unique_corpus  # noqa: E402
 
-from bert_data import cli  # noqa: E402
+from bert_data.tools import create as cli  # noqa: E402
 from bert_data.instances import InstanceParams, build_group, plan_pairs  # noqa: E402
 
 SEQ, PRED = 40, 6

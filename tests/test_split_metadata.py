@@ -9,7 +9,8 @@ from typing import List, Tuple
 import pytest
 
 from bert_data.errors import ConfigError
-from bert_data.split_metadata import assign_split, main, split_hash
+from bert_data.metadata import assign_split, split_hash
+from bert_data.tools.split import main
 
 
 def doc_paths(n: int, start: int = 0) -> List[str]:

@@ -25,8 +25,8 @@ keras = pytest.importorskip("keras")
 
 from conftest import base_args, write_vocab  # noqa: E402
 
-from bert_data.cli import main as create_tfrecords  # noqa: E402
-from bert_data.input import pretraining_dataset  # noqa: E402
+from bert_data.tools.create import main as create_tfrecords  # noqa: E402
+from bert_data.reader.dataset import pretraining_dataset  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bert_data" / "sample_data"
 SEQ, PRED = 64, 10

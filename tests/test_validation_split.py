@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bert_data import split_metadata
-from bert_data.cli import main
+from bert_data.tools import split as split_metadata
+from bert_data.tools.create import main
 
 from conftest import base_args, write_corpus
 

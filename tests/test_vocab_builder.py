@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bert_data import vocab_builder
-from bert_data.cli import main as create_main
-from bert_data.inspect import main as inspect_main
+from bert_data.tools import vocab as vocab_builder
+from bert_data.tools.create import main as create_main
+from bert_data.tools.inspect import main as inspect_main
 from bert_data.tokenization import FullTokenizer, case_mismatch_warning, load_vocab
 
 from conftest import base_args

@@ -28,8 +28,8 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .errors import ConfigError, RecordFormatError
-from .schema import SCHEMAS, schema_from_names, tf_feature_spec
+from ..errors import ConfigError, RecordFormatError
+from ..format.schema import SCHEMAS, schema_from_names, tf_feature_spec
 
 MANIFEST_NAME = "data_params.json"  # same as bert_data.writer.MANIFEST_NAME (not imported: keep this light)
 GZIP_MAGIC = b"\x1f\x8b"

@@ -126,3 +126,8 @@ def tf_feature_spec(
         f.name: tf.io.FixedLenFeature([feature_length(f, max_seq_length, max_predictions_per_seq)], dtypes[f.dtype])
         for f in features
     }
+
+
+def feature_order(features: Tuple[FeatureSpec, ...]) -> Tuple[Tuple[str, str], ...]:
+    """``(name, dtype)`` pairs in the order records are serialized (the schema's sorted order)."""
+    return tuple((f.name, f.dtype) for f in features)

@@ -9,7 +9,7 @@ Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)
     Beam:    ReadFromText(groups.jsonl) ─► Reshuffle
              ─► ProcessGroup: setup() builds the resources once per DoFn instance (spaCy and the
                 tokenizer are never pickled); process() stages remote documents locally, runs
-                pipeline.process_group unchanged into a worker-local fragment, publishes it
+                group.process_group unchanged into a worker-local fragment, publishes it
                 shard-major to {work}/fragments/g….frag and emits (shard, (group, offset, length,
                 records)) per shard plus the group's counters
              ─► GroupByKey(shard) (+ a marker per shard, so empty shards are written too)
@@ -33,28 +33,26 @@ then be shared by every worker (the DirectRunner, or an NFS mount).
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
 import tempfile
-import uuid
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
-from .config import Config
-from .errors import BertDataError, ConfigError, MetadataError, OutputError
-from .metadata import (
-    DocumentSource,
-    MetadataSummary,
-    is_remote,
-    iter_groups,
-    iter_metadata,
-    scan_metadata,
-)
-from .writer import MANIFEST_NAME, WORK_DIR_NAME, shard_file_names, write_json_atomically
+from .. import storage
+from ..config import Config
+from ..errors import BertDataError, ConfigError, MetadataError, OutputError
+from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest
+from ..group import build_resources, process_group
+from ..metadata import DocumentSource, MetadataSummary, iter_groups, iter_metadata, scan_metadata
+from ..storage import is_remote, join as _join
+from ..writer import WORK_DIR_NAME, prepare_output_dir, shard_file_names
+from .startup import startup_checks
 
 log = logging.getLogger("bert_data")
 
@@ -81,60 +79,7 @@ def _require_beam():
     return apache_beam
 
 
-def _join(base: str, *parts: str) -> str:
-    if is_remote(base):
-        from apache_beam.io.filesystems import FileSystems
-
-        return FileSystems.join(base, *parts)
-    return os.path.join(base, *parts)
-
-
-def _fs_open(path: str):
-    """Raw bytes of a remote file (no automatic decompression: the reader sniffs it itself)."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.open(path, mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED)
-
-
-def _fs_create(path: str):
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.create(
-        path, mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
-    )
-
-
-def _fs_delete(paths: Sequence[str]) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
-    existing = [p for p in paths if FileSystems.exists(p)]
-    if existing:
-        FileSystems.delete(existing)
-
-
 # --- metadata (driver) ---------------------------------------------------------------------
-
-
-def _open_metadata(path: str):
-    """Metadata files may be remote: Beam's FileSystems errors become OSErrors for the caller."""
-    if not is_remote(path):
-        return open(path, "rb")
-    try:
-        return _fs_open(path)
-    except Exception as exc:  # BeamIOError and friends
-        raise OSError(getattr(exc, "strerror", None) or str(exc)) from None
-
-
-def iter_sources(metadata_files: Sequence[str], prefix: str) -> Iterator[DocumentSource]:
-    """:func:`bert_data.metadata.iter_metadata` where metadata files, the prefix and entries may be remote."""
-    return iter_metadata(metadata_files, prefix, opener=_open_metadata)
-
-
-def scan_sources(metadata_files: Sequence[str], prefix: str) -> MetadataSummary:
-    """:func:`bert_data.metadata.scan_metadata` for mixed local/remote entries."""
-    return scan_metadata(metadata_files, prefix, opener=_open_metadata)
 
 
 def encode_group(group_index: int, sources: Sequence[DocumentSource], metadata_index: Dict[str, int]) -> str:
@@ -157,62 +102,26 @@ def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool) -> st
     """:func:`bert_data.writer.prepare_output_dir` for a remote ``output_dir``: only files a run
     of ours owns are removed (the manifest first), and only with ``overwrite``."""
     work_dir = _join(output_dir, WORK_DIR_NAME)
-    top = _listing(_join(output_dir, "*"))
-    work = _listing(_join(work_dir, "*")) + _listing(_join(work_dir, "fragments", "*"))
+    top = storage.listing(_join(output_dir, "*"))
+    work = storage.listing(_join(work_dir, "*")) + storage.listing(_join(work_dir, "fragments", "*"))
     if (top or work) and not overwrite:
         raise OutputError(
             f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
         )
     if overwrite:
-        _fs_delete([_join(output_dir, MANIFEST_NAME)])
+        storage.delete([_join(output_dir, MANIFEST_NAME)])
         ours = re.compile(re.escape(name) + r"-.*\.tfrecords$")
-        _fs_delete([p for p in top if ours.match(p.rstrip("/").rsplit("/", 1)[-1])])
-        _delete_files(work)
+        storage.delete([p for p in top if ours.match(p.rstrip("/").rsplit("/", 1)[-1])])
+        storage.delete(work)
     return work_dir
-
-
-def _listing(pattern: str) -> List[str]:
-    from apache_beam.io.filesystems import FileSystems
-
-    try:
-        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-    except Exception:  # BeamIOError: nothing matches
-        return []
-
-
-def _delete_files(paths: Sequence[str], batch: int = 1000) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
-    for start in range(0, len(paths), batch):
-        FileSystems.delete(list(paths[start:start + batch]))
 
 
 def remove_remote_work_dir(work_dir: str) -> None:
     """Everything a run put under a remote work dir (object stores have no directories)."""
     try:
-        _delete_files(_listing(_join(work_dir, "fragments", "*")) + _listing(_join(work_dir, "*")))
+        storage.delete(storage.listing(_join(work_dir, "fragments", "*")) + storage.listing(_join(work_dir, "*")))
     except Exception as exc:  # leftovers cost storage, not correctness: the next run overwrites them
         log.warning("could not remove %s (%s); delete it by hand", work_dir, exc)
-
-
-def _write_json(path: str, payload: Dict) -> None:
-    if not is_remote(path):
-        write_json_atomically(path, payload)
-        return
-    from apache_beam.io.filesystems import FileSystems
-
-    tmp = path + ".tmp"
-    with _fs_create(tmp) as handle:
-        handle.write((json.dumps(payload, indent=1, sort_keys=False) + "\n").encode("utf-8"))
-    FileSystems.rename([tmp], [path])
-
-
-def _read_bytes(path: str) -> bytes:
-    if is_remote(path):
-        with _fs_open(path) as handle:
-            return handle.read()
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 # --- the DoFns (workers) ---------------------------------------------------------------------
@@ -238,7 +147,7 @@ def _stage_remote_sources(
         base = source.path.rstrip("/").rsplit("/", 1)[-1] or "document"
         local = os.path.join(stage_dir, f"{i:07d}-{base}")
         try:
-            with _fs_open(source.path) as src, open(local, "wb") as dst:
+            with storage.open_read(source.path) as src, open(local, "wb") as dst:
                 shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except Exception as exc:  # BeamIOError, google.api_core NotFound, OSError, ...
             raise MetadataError(f"{source.where()}: document {source.path} cannot be read ({exc})") from None
@@ -250,25 +159,8 @@ def _stage_remote_sources(
     return staged, renames
 
 
-# Object stores publish an object atomically when its upload closes: no temp name needed there.
-_ATOMIC_SCHEMES = ("gs", "s3", "azfs")
-
-
 def fragment_name(work_dir: str, group_index: int) -> str:
     return _join(work_dir, "fragments", f"g{group_index:09d}.frag")
-
-
-def _atomic_create(path: str):
-    """(handle, commit): write ``path`` so that a reader never sees a partial file."""
-    from apache_beam.io.filesystems import FileSystems
-
-    scheme = path.split("://", 1)[0] if is_remote(path) else None
-    if scheme in _ATOMIC_SCHEMES:
-        return _fs_create(path), lambda: None
-    if not is_remote(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    return _fs_create(tmp), lambda: FileSystems.rename([tmp], [path])
 
 
 def publish_fragment(local_path: str, segments, shared_path: str) -> List[Tuple[int, int, int, int]]:
@@ -278,7 +170,7 @@ def publish_fragment(local_path: str, segments, shared_path: str) -> List[Tuple[
     by_shard: Dict[int, list] = {}
     for segment in segments:
         by_shard.setdefault(segment.shard, []).append(segment)
-    out, commit = _atomic_create(shared_path)
+    out, commit = storage.atomic_create(shared_path)
     entries = []
     offset = 0
     try:
@@ -302,15 +194,6 @@ def publish_fragment(local_path: str, segments, shared_path: str) -> List[Tuple[
     return entries
 
 
-def _fetch(path: str, offset: int, length: int) -> bytes:
-    with _fs_open(path) if is_remote(path) else open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read(length)
-    if len(data) != length:
-        raise RuntimeError(f"{path}: expected {length} bytes at offset {offset}, got {len(data)}")
-    return data
-
-
 def copy_runs(runs: Sequence[Tuple[str, int, int]], out, threads: int = _FETCH_THREADS) -> int:
     """Append the byte ranges (path, offset, length) to ``out`` in order, reading ahead in
     parallel (object stores are latency bound). Ranges are cut into pieces of at most
@@ -323,7 +206,7 @@ def copy_runs(runs: Sequence[Tuple[str, int, int]], out, threads: int = _FETCH_T
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         pending: deque = deque()
         for piece in pieces:
-            pending.append(pool.submit(_fetch, *piece))
+            pending.append(pool.submit(storage.read_range, *piece))
             if len(pending) >= threads:
                 data = pending.popleft().result()
                 out.write(data)
@@ -349,7 +232,7 @@ finally:
 if beam is not None:
 
     class ProcessGroupFn(beam.DoFn):
-        """One group: ``pipeline.process_group`` unchanged into a worker-local fragment, then
+        """One group: ``group.process_group`` unchanged into a worker-local fragment, then
         published shard-major to ``{work}/fragments/``; emits (shard, index entry) per shard
         and the group's counters. Re-running a group rewrites the same bytes (retries are safe)."""
 
@@ -365,8 +248,6 @@ if beam is not None:
             self._documents = Metrics.counter("bert_data", "documents_read")
 
         def setup(self) -> None:
-            from .pipeline import build_resources
-
             self._tmp = tempfile.mkdtemp(prefix="bert_data_beam_")
             atexit.register(shutil.rmtree, self._tmp, True)  # teardown() is best effort in Beam
             vocab_path = os.path.join(self._tmp, "vocab.txt")
@@ -377,8 +258,6 @@ if beam is not None:
             self._resources = build_resources(self._config.replace(vocab_file=vocab_path))
 
         def process(self, line: str):
-            from .pipeline import process_group
-
             group_index, sources = decode_group(line, self._metadata_files)
             stage_dir = tempfile.mkdtemp(prefix=f"g{group_index:09d}-", dir=self._tmp)
             try:
@@ -422,8 +301,6 @@ if beam is not None:
             self._names = shard_file_names(name, num_shards)
 
         def process(self, element):
-            from apache_beam.io.filesystems import FileSystems
-
             shard, entries = element
             index = sorted(entry for entry in entries if entry is not None)  # None: every shard's marker
             groups = [entry[0] for entry in index]
@@ -432,7 +309,7 @@ if beam is not None:
             runs = [(fragment_name(self._work_dir, g), offset, length) for g, offset, length, _ in index]
             final = _join(self._output_dir, self._names[shard])
             partial = _join(self._work_dir, self._names[shard] + ".partial")
-            out = _fs_create(partial)
+            out = storage.create(partial)
             try:
                 written = copy_runs(runs, out)
                 if not is_remote(partial) and hasattr(out, "fileno"):
@@ -440,7 +317,7 @@ if beam is not None:
                     os.fsync(out.fileno())
             finally:
                 out.close()
-            FileSystems.rename([partial], [final])
+            storage.rename(partial, final)
             yield shard, sum(entry[3] for entry in index), written
 
 
@@ -451,29 +328,21 @@ def _sum_stats(values) -> Dict[str, int]:
     return dict(total)
 
 
-def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab_bytes: bytes, vocab_size: int,
-             fixed: Dict, work_dir: str) -> None:
+def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, work_dir: str) -> None:
     """Last step, inside the pipeline (so a job whose driver went away still completes): the
     manifest from the summed counters and per-shard counts, with the local runner's
     ``build_manifest``; then the work dir is removed and ``data_params.json`` written, last."""
-    from .pipeline import build_manifest
-
     names = shard_file_names(config.name, config.num_output_files)
     records = {shard: count for shard, count, _bytes in shard_counts}
     if sorted(records) != list(range(config.num_output_files)):
         raise RuntimeError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
     per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
-    with tempfile.TemporaryDirectory(prefix="bert_data_vocab_") as tmp:
-        vocab_path = os.path.join(tmp, "vocab.txt")
-        with open(vocab_path, "wb") as handle:
-            handle.write(vocab_bytes)
-        manifest = build_manifest(config.replace(vocab_file=vocab_path), Counter(stats), per_shard, summary, vocab_size)
-    manifest.update(fixed)  # the vocabulary as the user named it, not this worker's copy
+    manifest = build_manifest(config.to_json(), Counter(stats), per_shard, summary, vocab)
     if is_remote(work_dir):
         remove_remote_work_dir(work_dir)
     else:
         shutil.rmtree(work_dir, ignore_errors=True)
-    _write_json(_join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
+    storage.write_json_atomically(_join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
 
 
 # --- driver ----------------------------------------------------------------------------------
@@ -504,7 +373,7 @@ def pipeline_options(config: Config, pipeline_args: Sequence[str]):
 def _error_from_runner(exc: Exception) -> BertDataError:
     """A worker's BertDataError comes back from most runners as text inside the runner's own
     exception: raise it again as itself (same one-line message, same exit code)."""
-    from . import errors
+    from .. import errors
 
     text = str(exc)
     found = None
@@ -526,7 +395,8 @@ def is_direct(options) -> bool:
 
 
 def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, finish: Dict):
-    """``finish``: the driver's part of the manifest (summary, vocab_size, fixed) for :func:`finalize`."""
+    """``finish``: the driver's part of the manifest (the metadata summary, the vocabulary's
+    identity) for :func:`finalize`."""
     import apache_beam as beam
 
     n = config.num_output_files
@@ -552,8 +422,7 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
         | "ShardCounts" >> beam.combiners.ToList()
         | "Finalize"
         >> beam.Map(
-            finalize, beam.pvalue.AsSingleton(stats), config, finish["summary"], vocab_bytes, finish["vocab_size"],
-            finish["fixed"], work_dir,
+            finalize, beam.pvalue.AsSingleton(stats), config, finish["summary"], finish["vocab"], work_dir,
         )
     )
 
@@ -561,27 +430,13 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
 def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
     """Run the whole job as a Beam pipeline; returns the manifest that was written."""
     beam = _require_beam()
-    from .pipeline import build_manifest
-    from .tokenization import case_mismatch_warning, load_vocab
-
     if getattr(config, "resume", False):
         raise ConfigError("--resume is for the local runner; re-run a Beam job instead (its output is deterministic)")
     scratch = tempfile.mkdtemp(prefix="bert_data_driver_")
     try:
-        try:
-            vocab_bytes = _read_bytes(config.vocab_file)
-        except Exception as exc:
-            raise ConfigError(f"--vocab_file {config.vocab_file} cannot be read ({exc})") from None
-        local_vocab = config.vocab_file
-        if is_remote(config.vocab_file):
-            local_vocab = os.path.join(scratch, "vocab.txt")
-            with open(local_vocab, "wb") as handle:
-                handle.write(vocab_bytes)
-        vocab = load_vocab(local_vocab)
-        warning = case_mismatch_warning(vocab, config.do_lower_case)
-        if warning:
-            log.warning(warning)
-        summary = scan_sources(config.metadata_files, config.input_files_prefix)
+        vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
+        vocab = startup_checks(config, local_vocab).vocab
+        summary = scan_metadata(config.metadata_files, config.input_files_prefix)
         if summary.duplicate_entries:
             log.warning(
                 "%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries
@@ -589,58 +444,76 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
         # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
         # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
-        from .pipeline import build_resources
-
         build_resources(config.replace(vocab_file=local_vocab))
-
-        if is_remote(config.output_dir):
-            work_dir = prepare_remote_output_dir(config.output_dir, config.name, config.overwrite)
-        else:
-            from .writer import prepare_output_dir
-
-            if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
-                raise OutputError(
-                    f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
-                    f"(a Beam run is redone from scratch: its output is deterministic)"
-                )
-            work_dir = prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
+        work_dir = _prepare_output(config)
         groups_path = _join(work_dir, GROUPS_FILE)
-        metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
-        n_groups = 0
-        with (_fs_create(groups_path) if is_remote(groups_path) else open(groups_path, "wb")) as handle:
-            sources_stream = iter_sources(config.metadata_files, config.input_files_prefix)
-            for group_index, sources in iter_groups(sources_stream, config.split_num):
-                handle.write(encode_group(group_index, sources, metadata_index).encode("ascii") + b"\n")
-                n_groups += 1
+        n_groups = _write_groups(config, groups_path)
         log.info(
             "beam: %d groups of up to %d documents, %d shards", n_groups, config.split_num, config.num_output_files
         )
-
         pipeline = beam.Pipeline(options=options)
-        # The manifest fields only the driver knows: the vocabulary as named (and resolved here).
-        template = build_manifest(config.replace(vocab_file=local_vocab), Counter(), {}, summary, len(vocab))
-        fixed = {"vocab_file": config.vocab_file}
-        if "vocab_path" in template:
-            fixed["vocab_path"] = config.vocab_file if is_remote(config.vocab_file) else template["vocab_path"]
-        finish = {"summary": summary, "vocab_size": len(vocab), "fixed": fixed}
-        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, finish)
-        # The DirectRunner echoes its local workers' warnings (already on stderr) once more.
-        echo = logging.getLogger("apache_beam.runners.portability.local_job_service")
-        echo_level = echo.level
-        if is_direct(options) and log.getEffectiveLevel() >= logging.INFO:
-            echo.setLevel(logging.ERROR)
-        try:
-            result = pipeline.run()
-            state = result.wait_until_finish()
-        except (KeyboardInterrupt, BertDataError):
-            raise
-        except Exception as exc:
-            raise _error_from_runner(exc) from exc
-        finally:
-            echo.setLevel(echo_level)
-        if state is not None and str(state).split(".")[-1] not in ("DONE",):
-            raise BeamPipelineError(f"the Beam pipeline ended in state {state}")
-
-        return json.loads(_read_bytes(_join(config.output_dir, MANIFEST_NAME)))
+        # The vocabulary as the user named it (a URL stays a URL), hashed from the bytes shipped to workers.
+        named = config.vocab_file if is_remote(config.vocab_file) else os.path.abspath(config.vocab_file)
+        identity = VocabIdentity(named, hashlib.sha256(vocab_bytes).hexdigest(), len(vocab))
+        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, {"summary": summary, "vocab": identity})
+        _run_pipeline(pipeline, options)
+        return json.loads(storage.read_bytes(_join(config.output_dir, MANIFEST_NAME)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _fetch_vocab(vocab_file: str, scratch: str) -> Tuple[bytes, str]:
+    """The vocabulary's bytes (shipped to every worker) and a local path to it."""
+    try:
+        vocab_bytes = storage.read_bytes(vocab_file)
+    except Exception as exc:
+        raise ConfigError(f"--vocab_file {vocab_file} cannot be read ({exc})") from None
+    if not is_remote(vocab_file):
+        return vocab_bytes, vocab_file
+    local_vocab = os.path.join(scratch, "vocab.txt")
+    with open(local_vocab, "wb") as handle:
+        handle.write(vocab_bytes)
+    return vocab_bytes, local_vocab
+
+
+def _prepare_output(config: Config) -> str:
+    """The work directory of a fresh run (a Beam run is never resumed: it is redone)."""
+    if is_remote(config.output_dir):
+        return prepare_remote_output_dir(config.output_dir, config.name, config.overwrite)
+    if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
+        raise OutputError(
+            f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
+            f"(a Beam run is redone from scratch: its output is deterministic)"
+        )
+    return prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
+
+
+def _write_groups(config: Config, groups_path: str) -> int:
+    """One line per group (its index and sources) for the pipeline to read; returns how many."""
+    metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
+    n_groups = 0
+    with storage.create(groups_path) as handle:
+        sources_stream = iter_metadata(config.metadata_files, config.input_files_prefix)
+        for group_index, sources in iter_groups(sources_stream, config.split_num):
+            handle.write(encode_group(group_index, sources, metadata_index).encode("ascii") + b"\n")
+            n_groups += 1
+    return n_groups
+
+
+def _run_pipeline(pipeline, options) -> None:
+    # The DirectRunner echoes its local workers' warnings (already on stderr) once more.
+    echo = logging.getLogger("apache_beam.runners.portability.local_job_service")
+    echo_level = echo.level
+    if is_direct(options) and log.getEffectiveLevel() >= logging.INFO:
+        echo.setLevel(logging.ERROR)
+    try:
+        result = pipeline.run()
+        state = result.wait_until_finish()
+    except (KeyboardInterrupt, BertDataError):
+        raise
+    except Exception as exc:
+        raise _error_from_runner(exc) from exc
+    finally:
+        echo.setLevel(echo_level)
+    if state is not None and str(state).split(".")[-1] not in ("DONE",):
+        raise BeamPipelineError(f"the Beam pipeline ended in state {state}")

@@ -48,9 +48,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import BertDataError, RecordFormatError, print_error
-from .records import iter_records, masked_crc32c, parse_example
-from .schema import SCHEMAS, FeatureSpec, feature_length, objective_schema, schema_from_names
+from ..errors import BertDataError, RecordFormatError, print_error
+from ..format.records import iter_records, masked_crc32c, parse_example
+from ..format.schema import SCHEMAS, FeatureSpec, feature_length, objective_schema, schema_from_names
 
 PROG = "inspect_tfrecords"
 MANIFEST_NAME = "data_params.json"  # same name as bert_data.writer.MANIFEST_NAME (not imported: keep startup light)
@@ -304,7 +304,7 @@ class VocabInfo:
 
 
 def load_vocab_info(path: str) -> VocabInfo:
-    from .tokenization import load_vocab  # raises VocabError (exit 2) for unusable files
+    from ..tokenization import load_vocab  # raises VocabError (exit 2) for unusable files
 
     vocab = load_vocab(path)
     tokens = [""] * len(vocab)

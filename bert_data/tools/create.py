@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from .config import COMPRESSIONS, INPUT_FORMATS, Config, build_config
-from .errors import BertDataError, print_error
-from .progress import RunProgress
+from ..config import COMPRESSIONS, INPUT_FORMATS, Config, build_config
+from ..errors import BertDataError, print_error
+from ..progress import RunProgress
 
 PROG = "create_tfrecords"
 
@@ -127,13 +127,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError, not a kill
     try:
         config = config_from_args(args)
-        from .pipeline import run_job
+        from ..runners.local import run_job
 
         started = time.perf_counter()
         if pipeline_args and config.runner != "beam":
             return print_error(PROG, "pipeline options after '--' are for --runner beam")
         if config.runner == "beam":
-            from .beam_runner import run_beam
+            from ..runners.beam import run_beam
 
             manifests = {"": run_beam(config, pipeline_args)}
         else:

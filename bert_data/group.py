@@ -1,0 +1,241 @@
+"""The per-group function: one work unit, from document sources to one fragment file.
+
+Work unit: a *group* of ``--split_num`` consecutive metadata entries. A group is read,
+segmented and tokenized once; then every dupe pass plans its instances (NSP negatives come
+from other documents of the same group), masks them and writes them to the group's fragment
+file. :func:`process_group` is the function every runner executes (in-process, a process pool,
+or Apache Beam); it reads top to bottom as the pipeline, one call into each stage:
+
+    read (documents) -> segment (sentences) -> tokenize (tokenization)
+      -> per pass: plan + mask (instances / windows + masking) -> serialize + fragment (writer)
+
+Randomness: every random choice of group *g*, pass *p* comes from RNGs derived here, by
+:func:`pass_randomness`, from a hash of (``--seed``, purpose, *g*, *p*). A group's bytes
+therefore do not depend on any other group, on the worker that ran it, or on the worker count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+
+import numpy as np
+
+from .config import Config
+from .errors import ConfigError
+from .documents import ReadOptions, read_documents, untokenized_reason
+from .format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES, feature_order
+from .instances import InstanceParams, InstancePass, PassRandomness, pair_pass
+from .masking import MaskingParams
+from .metadata import DocumentSource
+from .tokenization import TokenizedGroup, tokenize_group
+from .windows import WindowOptions, build_streams, window_pass
+from .writer import FragmentWriter, Segment, fragment_path
+
+# Counter names of the chunks a pass could not pair, by objective (NSP, SOP).
+UNPAIRED_STAT = {False: "nsp_negatives_unavailable", True: "sop_single_segment_chunks"}
+
+
+def derive_seed(*parts: object) -> int:
+    """A 64-bit seed from stable ids (seed, purpose, group, pass): independent streams per unit."""
+    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def pass_randomness(seed: int, plan_stream: str, group_index: int, dupe_pass: int, num_shards: int) -> PassRandomness:
+    """Everything random in one (group, pass): the planning RNG (``plan_stream`` is "pairs" or
+    "windows"), the masking/shuffling RNG and the shard its first instance goes to."""
+    return PassRandomness(
+        plan_rng=random.Random(derive_seed(seed, plan_stream, group_index, dupe_pass)),
+        mask_rng=np.random.Generator(np.random.PCG64(derive_seed(seed, "mask", group_index, dupe_pass))),
+        first_shard=derive_seed(seed, "shard", group_index, dupe_pass) % num_shards,
+    )
+
+
+@dataclass
+class Resources:
+    """What a worker builds once and reuses for every group: never pickled per task."""
+
+    config: Config
+    segmenter: object
+    tokenizer: object
+    params: InstanceParams
+    masking: Optional[MaskingParams]  # None with --disable_masking
+    is_continuation: Optional[np.ndarray]  # the ## table, for whole-word masking
+    separator_id: Optional[int] = None  # --mlm_only with cross-document windows: the document separator's id
+
+    @property
+    def read_options(self) -> ReadOptions:
+        c = self.config
+        separator = c.multiple_docs_separator if c.multiple_docs_in_single_file else None
+        return ReadOptions(input_format=c.input_format, text_key=c.text_key, separator=separator)
+
+
+def build_resources(config: Config) -> Resources:
+    """Tokenizer, sentence segmenter and the stages' parameters. The run's start-up checks
+    (:mod:`bert_data.runners.startup`) have already validated the vocabulary and settings."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per worker: no hidden threads
+    from .sentences import SentenceSegmenter
+    from .tokenization import FullTokenizer, continuation_table
+
+    tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+    segmenter = SentenceSegmenter(config.spacy_model, config.single_sentence_per_line)
+    params = InstanceParams(
+        max_seq_length=config.max_seq_length,
+        short_seq_prob=config.short_seq_prob,
+        min_short_seq_length=config.min_short_seq_length,
+        cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id,
+        sentence_order_prediction=config.sentence_order_prediction,
+    )
+    masking = None
+    if not config.disable_masking:
+        masking = MaskingParams(
+            masked_lm_prob=config.masked_lm_prob,
+            max_predictions_per_seq=config.max_predictions_per_seq,
+            mask_whole_word=config.mask_whole_word,
+            vocab_size=len(tokenizer.vocab),
+            mask_id=tokenizer.mask_id,
+        )
+    is_continuation = continuation_table(tokenizer.vocab) if config.mask_whole_word else None
+    separator_id = None
+    if config.mlm_only and config.allow_cross_document_examples:
+        separator_id = document_separator_id(config, tokenizer.vocab)
+    return Resources(config, segmenter, tokenizer, params, masking, is_continuation, separator_id)
+
+
+def document_separator_id(config: Config, vocab: Dict[str, int]) -> int:
+    """The id of ``--document_separator_token`` (MLM-only windows across documents)."""
+    token = config.document_separator_token
+    if token not in vocab:
+        raise ConfigError(
+            f"--document_separator_token {token!r} is not in --vocab_file {config.vocab_file}; use [SEP] or a "
+            "token of that vocabulary"
+        )
+    return vocab[token]
+
+
+@dataclass
+class GroupResult:
+    group_index: int
+    fragment_path: str
+    segments: List[Segment]
+    stats: Counter = field(default_factory=Counter)
+    seconds: Counter = field(default_factory=Counter)  # wall time per stage (benchmarks only)
+
+
+class StageClock:
+    """Accumulates wall time per stage: ``with clock("tokenize"): ...``."""
+
+    def __init__(self, seconds: Counter) -> None:
+        self.seconds = seconds
+        self._stage = ""
+        self._start = 0.0
+
+    def __call__(self, stage: str) -> "StageClock":
+        self._stage = stage
+        return self
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds[self._stage] += time.perf_counter() - self._start
+
+    def timed(self, stage: str, items: Iterator["T"]) -> Iterator["T"]:
+        """``items``, with the time spent producing each one added to ``stage``."""
+        while True:
+            with self(stage):
+                item = next(items, _END)
+            if item is _END:
+                return
+            yield item  # type: ignore[misc]
+
+
+T = TypeVar("T")
+_END = object()
+
+
+def process_group(
+    group_index: int, sources: Sequence[DocumentSource], resources: Resources, work_dir: str
+) -> GroupResult:
+    """Read, segment and tokenize a group once; then for each dupe pass plan, mask and write
+    its instances into the group's fragment file."""
+    stats: Counter = Counter()
+    seconds: Counter = Counter()
+    clock = StageClock(seconds)
+    with clock("read"):
+        documents = read_documents(sources, resources.read_options, stats)
+    with clock("segment"):
+        per_doc_sentences, chunked = resources.segmenter.segment(documents)
+        stats["paragraph_chunks"] += chunked
+    with clock("tokenize"):
+        group = _tokenize(documents, per_doc_sentences, resources, stats)
+    writer = FragmentWriter(fragment_path(work_dir, group_index), resources.config.compression, seconds=seconds)
+    try:
+        for instance_pass, order in _passes(group_index, group, resources, clock):
+            for features, shard_of_row in clock.timed("instances", instance_pass.batches):
+                writer.write_batch(features, order, shard_of_row, resources.config.num_output_files)
+            _count_pass(instance_pass, resources.config, stats)
+        with clock("write"):
+            writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return GroupResult(group_index, writer.path, writer.segments, stats, seconds)
+
+
+def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources, stats: Counter) -> TokenizedGroup:
+    tokenized = tokenize_group(per_doc_sentences, resources.tokenizer)
+    stats["sentences"] += tokenized.sentences
+    stats["sentences_without_tokens"] += tokenized.sentences_without_tokens
+    stats["tokens"] += tokenized.tokens
+    stats["unk_tokens"] += tokenized.unk_tokens
+    for index in tokenized.left_out:
+        stats[f"skipped.{untokenized_reason(documents[index])}"] += 1
+    stats["documents.used"] += tokenized.group.n_docs
+    return tokenized.group
+
+
+def _passes(
+    group_index: int, group: TokenizedGroup, resources: Resources, clock: StageClock
+) -> Iterator[Tuple[InstancePass, Tuple[Tuple[str, str], ...]]]:
+    """Every dupe pass of the group, planned (lazily, one after another), with the feature
+    order its records are written in. A group without a usable document has no pass."""
+    config = resources.config
+    if not group.n_docs:
+        return
+    if config.mlm_only:
+        streams = build_streams(group, resources.separator_id if config.allow_cross_document_examples else None)
+        options = WindowOptions(config.overlap_size, max(1, config.buffer_size // config.max_seq_length))
+        order = feature_order(UNMASKED_FEATURES if config.disable_masking else MLM_ONLY_FEATURES)
+    else:
+        order = feature_order(NSP_FEATURES)
+    for dupe_pass in range(config.dupe_factor):
+        with clock("instances"):
+            if config.mlm_only:
+                randomness = pass_randomness(config.seed, "windows", group_index, dupe_pass, config.num_output_files)
+                planned = window_pass(
+                    streams, resources.params, options, resources.masking, randomness, config.num_output_files,
+                    resources.is_continuation,
+                )
+            else:
+                randomness = pass_randomness(config.seed, "pairs", group_index, dupe_pass, config.num_output_files)
+                planned = pair_pass(
+                    group, resources.params, resources.masking, randomness, config.num_output_files,
+                    resources.is_continuation,
+                )
+        yield planned, order
+
+
+def _count_pass(instance_pass: InstancePass, config: Config, stats: Counter) -> None:
+    stats["instances"] += instance_pass.n
+    if config.mlm_only:
+        stats["windows_spanning_documents"] += instance_pass.spanning_documents
+    else:
+        stats[UNPAIRED_STAT[config.sentence_order_prediction]] += instance_pass.unpaired

@@ -1,0 +1,167 @@
+"""Masking stage: assembled sequences -> masked-LM predictions (pure, no I/O).
+
+Shared by every objective that masks when writing: NSP/SOP pairs (:mod:`bert_data.instances`)
+and MLM-only windows (:mod:`bert_data.windows`). The reader's dynamic masking
+(:mod:`bert_data.reader.dynamic_masking`) implements the same rules in TensorFlow ops.
+
+The rules are the reference's: ``num_to_predict = min(max_pred, max(1, round(len * prob)))``
+(round half to even) among the *candidates* (real tokens other than ``[CLS]``/``[SEP]``/the
+document separator), 80% ``[MASK]`` / 10% kept / 10% a random id, positions sorted. Masking is
+vectorised over a whole batch; ``mask_whole_word`` picks whole words (a candidate plus its
+``##`` continuation candidates) greedily and makes one 80/10/10 choice per word.
+
+Randomness comes only from the generator passed in, which callers derive from
+(seed, group, pass) in :mod:`bert_data.group`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MaskingParams:
+    """What masking needs to know: how much to mask and the vocabulary's size and ``[MASK]`` id."""
+
+    masked_lm_prob: float
+    max_predictions_per_seq: int
+    mask_whole_word: bool
+    vocab_size: int
+    mask_id: int
+
+
+def num_to_predict(real_length: np.ndarray, params: MaskingParams) -> np.ndarray:
+    """``min(max_pred, max(1, round(len * prob)))`` with Python's round-half-even, per row."""
+    return np.minimum(
+        params.max_predictions_per_seq,
+        np.maximum(1, np.rint(real_length.astype(np.float64) * params.masked_lm_prob)),
+    ).astype(np.int64)
+
+
+def _replacement_tokens(original: np.ndarray, coin: np.ndarray, random_ids: np.ndarray, mask_id: int) -> np.ndarray:
+    """80% [MASK], 10% keep, 10% a random vocabulary id (the reference's choice)."""
+    return np.where(coin < 0.8, mask_id, np.where(coin < 0.9, original, random_ids))
+
+
+def mask_batch(
+    arrays: Dict[str, np.ndarray],
+    params: MaskingParams,
+    rng: np.random.Generator,
+    is_continuation: Optional[np.ndarray] = None,
+) -> Dict[str, np.ndarray]:
+    """Masked-LM predictions for every row of an assembled batch.
+
+    ``arrays`` holds ``input_ids`` (n, L), ``candidates`` (n, L bool) and ``real_length`` (n,),
+    plus whatever else the objective passes through unchanged (``input_mask``, ``segment_ids``,
+    ``next_sentence_labels``). Returns those with the masked ``input_ids`` and the three
+    ``masked_lm_*`` features (``max_predictions_per_seq`` slots, 0-padded)."""
+    if params.mask_whole_word:
+        if is_continuation is None:
+            raise ValueError("whole-word masking needs the vocabulary's ## continuation table")
+        return _mask_whole_words(arrays, params, rng, is_continuation)
+    input_ids = arrays["input_ids"].copy()
+    candidates = arrays["candidates"]
+    n, length = input_ids.shape
+    p = params.max_predictions_per_seq
+    k = np.minimum(num_to_predict(arrays["real_length"], params), candidates.sum(axis=1))
+    keys = rng.random((n, length))
+    keys[~candidates] = 2.0
+    width = min(p, length)
+    chosen = np.argpartition(keys, width - 1, axis=1)[:, :width] if width < length else np.argsort(keys, axis=1)
+    chosen_keys = np.take_along_axis(keys, chosen, axis=1)
+    order = np.argsort(chosen_keys, axis=1)
+    chosen = np.take_along_axis(chosen, order, axis=1)  # positions in random order
+    slot = np.arange(width)[None, :]
+    used = slot < k[:, None]
+    positions = np.where(used, chosen, length)  # sentinel sorts last
+    positions.sort(axis=1)
+    used = positions < length
+    positions = np.where(used, positions, 0)
+    rows = np.arange(n)[:, None]
+    original = np.where(used, input_ids[rows, positions], 0)
+    coin = rng.random((n, width))
+    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
+    replacement = _replacement_tokens(original, coin, random_ids, params.mask_id)
+    input_ids[rows, positions] = np.where(used, replacement, input_ids[rows, positions])
+    return _features(arrays, input_ids, positions, original, used, p)
+
+
+def _features(arrays, input_ids, positions, original, used, p) -> Dict[str, np.ndarray]:
+    n, width = positions.shape
+    if width < p:
+        pad = np.zeros((n, p - width), dtype=positions.dtype)
+        positions = np.concatenate([positions, pad], axis=1)
+        original = np.concatenate([original, pad], axis=1)
+        used = np.concatenate([used, pad.astype(bool)], axis=1)
+    features = {name: value for name, value in arrays.items() if name not in _MASKING_INPUTS}
+    features.update(
+        input_ids=input_ids.astype(np.int32),
+        masked_lm_positions=positions.astype(np.int32),
+        masked_lm_ids=original.astype(np.int32),
+        masked_lm_weights=used.astype(np.float32),
+    )
+    return features
+
+
+_MASKING_INPUTS = ("candidates", "real_length")  # consumed here, never written
+
+
+def _mask_whole_words(arrays, params, rng, is_continuation) -> Dict[str, np.ndarray]:
+    """Whole-word masking, one row at a time (the greedy "skip words that do not fit" rule)."""
+    input_ids = arrays["input_ids"].copy()
+    candidates = arrays["candidates"]
+    n, length = input_ids.shape
+    p = params.max_predictions_per_seq
+    k_all = num_to_predict(arrays["real_length"], params)
+    positions = np.zeros((n, p), dtype=np.int64)
+    original = np.zeros((n, p), dtype=np.int64)
+    used = np.zeros((n, p), dtype=bool)
+    for row in range(n):
+        ids_row = input_ids[row]
+        words: List[List[int]] = []
+        previous = -2
+        for index in np.flatnonzero(candidates[row]).tolist():
+            if words and previous == index - 1 and is_continuation[ids_row[index]]:
+                words[-1].append(index)
+            else:
+                words.append([index])
+            previous = index
+        order = rng.permutation(len(words))
+        budget = int(k_all[row])
+        picked: List[int] = []
+        chosen_words: List[List[int]] = []
+        for w in order.tolist():
+            if len(picked) >= budget:
+                break
+            word = words[w]
+            if len(picked) + len(word) > budget:
+                continue
+            picked.extend(word)
+            chosen_words.append(word)
+        if not chosen_words:
+            continue
+        coins = rng.random(len(chosen_words))
+        randoms = rng.integers(0, params.vocab_size, size=len(picked))
+        new_values = {}
+        r = 0
+        for word, coin in zip(chosen_words, coins.tolist()):
+            for index in word:
+                if coin < 0.8:
+                    new_values[index] = params.mask_id
+                elif coin < 0.9:
+                    new_values[index] = int(ids_row[index])
+                else:
+                    new_values[index] = int(randoms[r])
+                r += 1
+        sorted_positions = sorted(picked)
+        count = len(sorted_positions)
+        positions[row, :count] = sorted_positions
+        original[row, :count] = ids_row[sorted_positions]
+        used[row, :count] = True
+        ids_row[sorted_positions] = [new_values[i] for i in sorted_positions]
+    return _features(arrays, input_ids, positions, original, used, p)
+
+

@@ -1,0 +1,243 @@
+"""The local runner: the per-group function on this machine, in-process or on a pool of worker
+processes, with crash-safe assembly and ``--resume``.
+
+Groups are submitted in order with at most ``2 * num_workers`` in flight (memory and metadata
+read-ahead stay bounded); results come back in group order and their fragments are appended to
+the partial shards by :class:`~bert_data.writer.ShardAssembler`, journaled after each group.
+Shards get their final names only when every group is in, and ``data_params.json`` is written
+last (the commit point). A killed run is continued with ``--resume`` to byte-identical output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections import Counter, deque
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from ..config import Config, output_settings
+from ..errors import OutputError
+from ..format.manifest import MANIFEST_NAME, build_manifest, local_vocab_identity
+from ..group import GroupResult, Resources, build_resources, process_group
+from ..metadata import DocumentSource, iter_groups, iter_metadata, scan_metadata, split_hash
+from ..storage import write_json_atomically
+from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
+from .startup import startup_checks
+
+log = logging.getLogger("bert_data")
+
+_WORKER_RESOURCES: Optional[Resources] = None
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A worker must not outlive its coordinator (kill -9, OOM killer): it would keep computing
+    and hold the coordinator's pipes open. Linux: PR_SET_PDEATHSIG; elsewhere: a watchdog."""
+    import signal
+    import threading
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, name="bert_data-parent-watchdog", daemon=True).start()
+
+
+def _init_worker(config: Config, parent_pid: int) -> None:
+    global _WORKER_RESOURCES
+    import signal
+
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    _WORKER_RESOURCES = build_resources(config)
+
+
+def _process_in_worker(group_index: int, sources: Sequence[DocumentSource], work_dir: str) -> GroupResult:
+    if _WORKER_RESOURCES is None:
+        raise RuntimeError("worker initializer did not run")
+    return process_group(group_index, sources, _WORKER_RESOURCES, work_dir)
+
+
+def run_groups(
+    config: Config, groups: Iterable[Tuple[int, List[DocumentSource]]], work_dir: str
+) -> Iterator[GroupResult]:
+    """Results in group order. At most ``2 * num_workers`` groups are in flight, so memory
+    (and the metadata read ahead) stays bounded whatever the corpus size."""
+    if config.num_workers == 1:
+        resources = build_resources(config)
+        for group_index, sources in groups:
+            yield process_group(group_index, sources, resources, work_dir)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=config.num_workers, mp_context=context, initializer=_init_worker, initargs=(config, os.getpid())
+    ) as pool:
+        pending: deque = deque()
+        try:
+            for group_index, sources in groups:
+                pending.append(pool.submit(_process_in_worker, group_index, sources, work_dir))
+                if len(pending) >= 2 * config.num_workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BaseException:
+            # Stop promptly (Ctrl-C, a failed group): cancel queued groups and end the workers;
+            # their fragments are discarded and remade by --resume.
+            for future in pending:
+                future.cancel()
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+ProgressCallback = Callable[[GroupResult], None]
+
+
+def _crash_point(stage: str, group_index: int) -> None:
+    """Test hook: ``BERT_DATA_CRASH_AT=stage:group`` kills this process with SIGKILL right there,
+    so tests can check that every kill point leaves a resumable, never complete-looking, state."""
+    target = os.environ.get("BERT_DATA_CRASH_AT")
+    if target and target == f"{stage}:{group_index}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _prepare(config: Config):
+    """Work dir, assembler, first group to make and counters so far (fresh run or --resume)."""
+    settings = output_settings(config)
+    if config.resume:
+        state = load_resume_state(config.output_dir, settings)
+        if state is None:
+            return None
+        work_dir = os.path.join(config.output_dir, WORK_DIR_NAME)
+        assembler = ShardAssembler(
+            config.output_dir, work_dir, config.name, config.num_output_files, resume_from=state
+        )
+        log.info("resuming %s at group %d", config.output_dir, state["next_group"])
+        return work_dir, assembler, state["next_group"], Counter(state["stats"])
+    work_dir = prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
+    write_json_atomically(os.path.join(work_dir, RUN_FILE), settings)
+    assembler = ShardAssembler(config.output_dir, work_dir, config.name, config.num_output_files)
+    return work_dir, assembler, 0, Counter()
+
+
+def split_configs(config: Config) -> Dict[str, Config]:
+    """One config per output: the run itself, or its train and validation halves.
+
+    With ``--validation_fraction F`` a document goes to validation when the seeded hash of its
+    metadata entry (as written, the same hash ``split_metadata --seed`` uses) is below F, so the
+    split is decided before any instance exists: no NSP negative or duplicate crosses it, and a
+    document keeps its side when others are added. With ``--validation_metadata_files`` those
+    documents are the validation set and are excluded from train.
+    """
+    if not (config.validation_fraction or config.validation_metadata_files) or config.split_role:
+        return {"": config}
+    train = config.replace(output_dir=os.path.join(config.output_dir, "train"), split_role="train")
+    validation = config.replace(output_dir=os.path.join(config.output_dir, "validation"), split_role="validation")
+    if config.validation_metadata_files:
+        validation = validation.replace(metadata_files=config.validation_metadata_files)
+    return {"train": train, "validation": validation}
+
+
+def _split_selector(config: Config):
+    """(predicate choosing this half's documents, message when none is chosen), or (None, "")."""
+    if not config.split_role:
+        return None, ""
+    role = config.split_role
+    if config.validation_fraction:
+        fraction, seed = config.validation_fraction, config.seed
+        want_validation = role == "validation"
+        hint = (
+            f"--validation_fraction {fraction} leaves no document on the {role} side; "
+            f"{'raise' if want_validation else 'lower'} it"
+        )
+        return (lambda source: (split_hash(source.entry, seed) < fraction) == want_validation), hint
+    if role == "train":
+        # The validation list is usually small: hold its paths to keep them out of train.
+        held_out = {
+            os.path.normpath(s.path) for s in iter_metadata(config.validation_metadata_files, config.input_files_prefix)
+        }
+        hint = "every document listed in --metadata_files is also in --validation_metadata_files: train is empty"
+        return (lambda source: os.path.normpath(source.path) not in held_out), hint
+    return None, ""
+
+
+def run_job(
+    config: Config, on_group: Optional[ProgressCallback] = None, on_start: Optional[Callable[..., None]] = None
+) -> Dict[str, Dict]:
+    """Run every output of the job (one, or train + validation); manifests by split name."""
+    return {name: run(part, on_group=on_group, on_start=on_start) for name, part in split_configs(config).items()}
+
+
+def run(config: Config, on_group: Optional[ProgressCallback] = None, on_start: Optional[Callable[..., None]] = None) -> Dict:
+    """Run the whole job locally; returns the manifest that was written.
+
+    Crash safety: groups are merged into partial shards in order and journaled after each
+    one; shards get their final names only at the end and ``data_params.json`` is written
+    last. A killed run is continued with ``--resume`` to byte-identical output.
+    """
+    vocab = startup_checks(config).vocab
+    select, empty_hint = _split_selector(config)
+    summary = scan_metadata(config.metadata_files, config.input_files_prefix, select, empty_hint)
+    if on_start is not None:  # gets the MetadataSummary (entries, total_bytes) before any group runs
+        on_start(summary)
+    if summary.duplicate_entries:
+        log.warning("%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries)
+    try:
+        prepared = _prepare(config)
+        if prepared is None:
+            log.info("%s is already complete: nothing to resume", config.output_dir)
+            with open(os.path.join(config.output_dir, MANIFEST_NAME), encoding="utf-8") as handle:
+                return json.load(handle)
+        work_dir, assembler, first_group, stats = prepared
+        try:
+            sources = iter_metadata(config.metadata_files, config.input_files_prefix)
+            if select is not None:
+                sources = (source for source in sources if select(source))
+            groups = iter_groups(sources, config.split_num)
+            todo = ((g, sources) for g, sources in groups if g >= first_group)
+            # Each attempt writes fragments into a directory of its own: anything an earlier,
+            # killed attempt left behind (or a worker of it still writing) is never read.
+            attempt_dir = os.path.join(work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
+            os.makedirs(os.path.join(attempt_dir, "fragments"))
+            for result in run_groups(config, todo, attempt_dir):
+                assembler.append(result.fragment_path, result.segments)
+                _crash_point("appended", result.group_index)
+                stats.update(result.stats)
+                assembler.checkpoint(result.group_index + 1, stats)
+                _crash_point("checkpointed", result.group_index)
+                if on_group is not None:
+                    on_group(result)
+            per_shard = assembler.publish()
+        finally:
+            assembler.close()
+        _crash_point("published", 0)
+        manifest = build_manifest(
+            config.to_json(), stats, per_shard, summary, local_vocab_identity(config.vocab_file, len(vocab))
+        )
+        shutil.rmtree(work_dir, ignore_errors=True)
+        write_json_atomically(os.path.join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise OutputError(
+            f"writing to --output_dir {config.output_dir} failed: {exc.strerror or exc}{where}; "
+            f"free space and continue with --resume"
+        ) from None
+    return manifest
