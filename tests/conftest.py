@@ -103,3 +103,36 @@ def base_args(metadata: Path, vocab: Path, out: Path, **extra: object) -> List[s
         else:
             args += [f"--{key}", str(value)]
     return args
+
+
+def make_group(per_document_sentence_ids):
+    """A TokenizedGroup of documents given as lists of token-id arrays, through the production
+    constructor (``TokenizedGroup.from_sentences``, what the tokenization stage calls)."""
+    import numpy as np
+
+    from bert_data.tokenization import TokenizedGroup
+
+    lengths, owner, chunks = [], [], []
+    for d, sentences in enumerate(per_document_sentence_ids):
+        for s in sentences:
+            lengths.append(len(s))
+            owner.append(d)
+            chunks.append(np.asarray(s, dtype=np.int32))
+    ids = np.concatenate(chunks).astype(np.int32) if chunks else np.zeros(0, dtype=np.int32)
+    group, left_out = TokenizedGroup.from_sentences(
+        ids, np.asarray(lengths, dtype=np.int64), np.asarray(owner, dtype=np.int64), len(per_document_sentence_ids)
+    )
+    assert not left_out, "test documents must hold tokens"
+    return group
+
+
+def collect_pass(instance_pass):
+    """Every batch of a production InstancePass, concatenated: (features, shard of each row)."""
+    import numpy as np
+
+    batches = list(instance_pass.batches)
+    if not batches:
+        return {}, np.zeros(0, dtype=np.int64)
+    names = batches[0][0].keys()
+    features = {name: np.concatenate([b[0][name] for b in batches]) for name in names}
+    return features, np.concatenate([b[1] for b in batches])

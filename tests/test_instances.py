@@ -1,5 +1,9 @@
 """Instance stage (pure, no files): pairing, truncation, assembly and masking invariants.
 
+The property tests drive the production pass function, :func:`bert_data.instances.pair_pass`
+(plan, shuffle, batched assemble + mask, shard of each row), exactly as the per-group function
+calls it; batch sizes are drawn too, so batching is covered.
+
 The reference is google-research/bert ``create_pretraining_data.py``; the deliberate
 differences (no same-document "random" B, whole-word 80/10/10 per word) are tested as such.
 """
@@ -15,16 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_data.instances import (
-    InstanceParams,
-    assemble,
-    build_group,
-    create_instances,
-    mask_batch,
-    num_to_predict,
-    plan_pairs,
-    truncate_pair,
-)
+from bert_data.instances import InstanceParams, PassRandomness, assemble, pair_pass, plan_pairs, truncate_pair
+from bert_data.masking import MaskingParams, mask_batch, num_to_predict
+from conftest import collect_pass
+from conftest import make_group as build_group
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 LOW_ID, HIGH_ID = 5, 100  # random "word" ids are drawn from [LOW_ID, HIGH_ID)
@@ -32,7 +30,20 @@ LOW_ID, HIGH_ID = 5, 100  # random "word" ids are drawn from [LOW_ID, HIGH_ID)
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def make_params(**overrides) -> InstanceParams:
+class Params:
+    """The instance and masking parameters of a test, readable as one (``params.vocab_size``...)."""
+
+    def __init__(self, instance: InstanceParams, masking: MaskingParams) -> None:
+        self.instance, self.masking = instance, masking
+
+    def __getattr__(self, name):
+        for part in (self.instance, self.masking):
+            if hasattr(part, name):
+                return getattr(part, name)
+        raise AttributeError(name)
+
+
+def make_params(**overrides) -> Params:
     values = dict(
         max_seq_length=32,
         short_seq_prob=0.0,
@@ -46,7 +57,8 @@ def make_params(**overrides) -> InstanceParams:
         mask_id=MASK,
     )
     values.update(overrides)
-    return InstanceParams(**values)
+    instance = {k: values.pop(k) for k in ("max_seq_length", "short_seq_prob", "min_short_seq_length", "cls_id", "sep_id")}
+    return Params(InstanceParams(**instance), MaskingParams(**values))
 
 
 def make_docs(doc_lengths: Sequence[Sequence[int]], seed: int) -> List[List[np.ndarray]]:
@@ -54,10 +66,17 @@ def make_docs(doc_lengths: Sequence[Sequence[int]], seed: int) -> List[List[np.n
     return [[rng.integers(LOW_ID, HIGH_ID, size=n).astype(np.int32) for n in lengths] for lengths in doc_lengths]
 
 
-def run_instances(group, params, pair_seed, mask_seed, is_continuation=None):
-    return create_instances(
-        group, params, random.Random(pair_seed), np.random.Generator(np.random.PCG64(mask_seed)), is_continuation
-    )
+def run_instances(group, params, pair_seed, mask_seed, is_continuation=None, batch_rows=4096, num_shards=1):
+    """One production pass (``pair_pass``): its features in output order, plus ``_plan`` (the plan
+    reordered like the output, for row-by-row checks), ``_unpaired`` and ``_shards``."""
+    randomness = PassRandomness(random.Random(pair_seed), np.random.Generator(np.random.PCG64(mask_seed)), 0)
+    planned = pair_pass(group, params.instance, params.masking, randomness, num_shards, is_continuation, batch_rows)
+    features, shards = collect_pass(planned)
+    # the pass shuffles its plan with the first draw of the masking generator: replay it
+    order = np.random.Generator(np.random.PCG64(mask_seed)).permutation(planned.n).tolist()
+    plan = plan_pairs(group, params.instance, random.Random(pair_seed)).take(order)
+    assert len(plan) == planned.n
+    return dict(features, _plan=plan, _unpaired=planned.unpaired, _shards=shards)
 
 
 # --- strategies ------------------------------------------------------------------------------
@@ -94,6 +113,7 @@ def _find(haystack: np.ndarray, needle: np.ndarray) -> List[int]:
 
 def check_instances(docs, group, params, features, plan, is_continuation=None) -> List[Dict]:
     """Assert every per-instance invariant; returns per-row details for further checks."""
+    plan = features["_plan"]  # the pass's plan in output order (the plan passed in is the unshuffled one)
     n = len(plan)
     assert n > 0
     L, P = params.max_seq_length, params.max_predictions_per_seq
@@ -209,18 +229,26 @@ def check_instances(docs, group, params, features, plan, is_continuation=None) -
 
 @SETTINGS
 @given(doc_lengths=doc_lengths_strategy, params=params_strategy(), data_seed=st.integers(0, 2**32 - 1),
-       pair_seed=st.integers(0, 2**32 - 1), mask_seed=st.integers(0, 2**32 - 1))
-def test_instance_invariants(doc_lengths, params, data_seed, pair_seed, mask_seed):
+       pair_seed=st.integers(0, 2**32 - 1), mask_seed=st.integers(0, 2**32 - 1), batch_rows=st.integers(1, 9),
+       num_shards=st.integers(1, 4))
+def test_instance_invariants(doc_lengths, params, data_seed, pair_seed, mask_seed, batch_rows, num_shards):
     docs = make_docs(doc_lengths, data_seed)
     group = build_group(docs)
-    plan = plan_pairs(group, params, random.Random(pair_seed))  # the plan create_instances will make
-    features = run_instances(group, params, pair_seed, mask_seed)
+    plan = plan_pairs(group, params.instance, random.Random(pair_seed))  # the plan pair_pass will make
+    features = run_instances(group, params, pair_seed, mask_seed, batch_rows=batch_rows, num_shards=num_shards)
     if len(plan) == 0:
-        assert features == {} or len(features.get("input_ids", [])) == 0
+        assert "input_ids" not in features
         assert len(docs) == 1
         return
     check_instances(docs, group, params, features, plan)
-    assert int(features["_negatives_unavailable"][0]) == plan.negatives_unavailable
+    assert features["_unpaired"] == plan.negatives_unavailable
+    # rows go round-robin over the shards from the pass's first shard (0 here)
+    assert features["_shards"].tolist() == [r % num_shards for r in range(len(plan))]
+    # batching changes only the masks (their draws are per batch: the batch size is part of the
+    # output's definition), never which instances are made or their order
+    whole = run_instances(group, params, pair_seed, mask_seed, batch_rows=len(plan), num_shards=num_shards)
+    for name in ("input_mask", "segment_ids", "next_sentence_labels"):
+        np.testing.assert_array_equal(features[name], whole[name])
     if len(docs) == 1:
         assert not features["next_sentence_labels"].any()
 
@@ -251,7 +279,7 @@ WWM_CONTINUATION[60:HIGH_ID] = True  # ids 60..99 play the role of "##" pieces
 def test_whole_word_masking_invariants(doc_lengths, params, data_seed, pair_seed, mask_seed):
     docs = make_docs(doc_lengths, data_seed)
     group = build_group(docs)
-    plan = plan_pairs(group, params, random.Random(pair_seed))
+    plan = plan_pairs(group, params.instance, random.Random(pair_seed))
     features = run_instances(group, params, pair_seed, mask_seed, WWM_CONTINUATION)
     if len(plan) == 0:
         return
@@ -284,7 +312,7 @@ def test_whole_word_masking_invariants(doc_lengths, params, data_seed, pair_seed
 def test_whole_word_mode_requires_continuation_table():
     params = make_params(mask_whole_word=True)
     group = build_group(make_docs([[10, 10], [10]], 0))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="continuation"):
         run_instances(group, params, 1, 1, None)
 
 
@@ -299,7 +327,7 @@ def test_whole_word_never_joins_across_sep():
     docs = [[np.array([10, 61, 62], dtype=np.int32), np.array([63, 64], dtype=np.int32)]]
     group = build_group(docs)
     for seed in range(20):
-        plan = plan_pairs(group, params, random.Random(seed))
+        plan = plan_pairs(group, params.instance, random.Random(seed))
         features = run_instances(group, params, seed, seed, is_cont)
         rows = check_instances(docs, group, params, features, plan, is_cont)
         assert rows[0]["positions"].tolist() == [5, 6]
@@ -319,7 +347,8 @@ def test_same_seeds_identical_arrays_different_seeds_differ():
         second = run_instances(group, params, 11, 22, cont)
         assert first.keys() == second.keys()
         for name in first:
-            np.testing.assert_array_equal(first[name], second[name])
+            if not name.startswith("_"):
+                np.testing.assert_array_equal(first[name], second[name])
         other_mask = run_instances(group, params, 11, 23, cont)
         assert any(not np.array_equal(first[k], other_mask[k]) for k in ("input_ids", "masked_lm_positions"))
 
@@ -361,7 +390,7 @@ def test_whole_word_decision_split_is_80_10_10():
     params = make_params(max_seq_length=64, max_predictions_per_seq=20, mask_whole_word=True, vocab_size=WWM_VOCAB)
     kinds = {"mask": 0, "keep": 0, "random": 0}
     for seed in range(12):
-        plan = plan_pairs(group, params, random.Random(seed))
+        plan = plan_pairs(group, params.instance, random.Random(seed))
         features = run_instances(group, params, seed, seed + 7, cont)
         for row in check_instances(docs, group, params, features, plan, cont):
             chosen = set(row["positions"].tolist())
@@ -380,12 +409,12 @@ def test_whole_word_decision_split_is_80_10_10():
 def test_num_to_predict_uses_python_round_half_even():
     params = make_params(max_predictions_per_seq=100, masked_lm_prob=0.5)
     lengths = np.array([1, 2, 3, 5, 7, 9, 10, 11])
-    assert num_to_predict(lengths, params).tolist() == [min(100, max(1, round(x * 0.5))) for x in lengths.tolist()]
-    assert num_to_predict(np.array([5]), params).tolist() == [2]  # round(2.5) == 2
-    assert num_to_predict(np.array([7]), params).tolist() == [4]  # round(3.5) == 4
+    assert num_to_predict(lengths, params.masking).tolist() == [min(100, max(1, round(x * 0.5))) for x in lengths.tolist()]
+    assert num_to_predict(np.array([5]), params.masking).tolist() == [2]  # round(2.5) == 2
+    assert num_to_predict(np.array([7]), params.masking).tolist() == [4]  # round(3.5) == 4
     params0 = make_params(masked_lm_prob=0.0, max_predictions_per_seq=5)
-    assert num_to_predict(np.array([20]), params0).tolist() == [1]  # at least one
-    assert num_to_predict(np.array([200]), make_params(masked_lm_prob=1.0)).tolist() == [5]  # capped
+    assert num_to_predict(np.array([20]), params0.masking).tolist() == [1]  # at least one
+    assert num_to_predict(np.array([200]), make_params(masked_lm_prob=1.0).masking).tolist() == [5]  # capped
 
 
 # --- truncation --------------------------------------------------------------------------------
@@ -443,7 +472,7 @@ def test_one_document_group_never_random_next():
         lengths = [[int(x) for x in rng.integers(1, 30, size=int(rng.integers(1, 10)))]]
         docs = make_docs(lengths, seed)
         group = build_group(docs)
-        plan = plan_pairs(group, params, random.Random(seed))
+        plan = plan_pairs(group, params.instance, random.Random(seed))
         assert not any(plan.is_random_next)
         features = run_instances(group, params, seed, seed)
         if len(plan):
@@ -457,18 +486,18 @@ def test_one_sentence_chunk_in_one_document_group_counts_negatives_unavailable()
     docs = make_docs([[100, 3, 3]], 0)
     group = build_group(docs)
     params = make_params(max_seq_length=16, short_seq_prob=0.0)
-    plan = plan_pairs(group, params, random.Random(0))
+    plan = plan_pairs(group, params.instance, random.Random(0))
     assert plan.negatives_unavailable == 1
     assert len(plan) == 1 and plan.is_random_next == [0]
     features = run_instances(group, params, 0, 0)
-    assert int(features["_negatives_unavailable"][0]) == 1
+    assert features["_unpaired"] == 1
     assert features["next_sentence_labels"].tolist() == [[0]]
     check_instances(docs, group, params, features, plan)
 
 
 def test_one_sentence_document_alone_yields_nothing_but_is_counted_in_plan():
     group = build_group(make_docs([[10]], 0))
-    plan = plan_pairs(group, make_params(), random.Random(0))
+    plan = plan_pairs(group, make_params().instance, random.Random(0))
     assert len(plan) == 0 and plan.negatives_unavailable == 1
 
 
@@ -476,13 +505,13 @@ def test_very_long_sentence_is_processed():
     docs = make_docs([[100_000], [100_000, 5], [3]], 1)
     group = build_group(docs)
     params = make_params(max_seq_length=128, max_predictions_per_seq=20)
-    plan = plan_pairs(group, params, random.Random(4))
+    plan = plan_pairs(group, params.instance, random.Random(4))
     features = run_instances(group, params, 4, 4)
     check_instances(docs, group, params, features, plan)
     assert (features["input_mask"].sum(axis=1) <= 128).all()
 
 
-def test_build_group_layout():
+def test_tokenized_group_layout():
     docs = [[np.array([5, 6]), np.array([7])], [np.array([8, 9, 10])]]
     group = build_group(docs)
     assert group.ids.tolist() == [5, 6, 7, 8, 9, 10]
@@ -491,13 +520,23 @@ def test_build_group_layout():
     assert group.n_docs == 2
 
 
+def test_tokenized_group_drops_empty_sentences_and_reports_empty_documents():
+    from bert_data.tokenization import TokenizedGroup
+
+    ids = np.array([5, 6, 7, 8], dtype=np.int32)
+    lengths = np.array([2, 0, 0, 1, 1])  # doc 0: [5 6] + empty; doc 1: empty only; doc 2: [7], [8]
+    group, left_out = TokenizedGroup.from_sentences(ids, lengths, np.array([0, 0, 1, 2, 2]), 4)
+    assert left_out == [1, 3]
+    assert group.sent_offsets.tolist() == [0, 2, 3, 4] and group.doc_starts == [0, 1, 3]
+
+
 def test_assemble_layout_exact():
     ids = np.arange(10, 30, dtype=np.int32)
     from bert_data.instances import PairPlan
 
     plan = PairPlan([0, 5], [2, 6], [2, 12], [5, 13], [0, 1])
     params = make_params(max_seq_length=10)
-    arrays = assemble(ids, plan, params)
+    arrays = assemble(ids, plan, params.instance)
     assert arrays["input_ids"].tolist() == [
         [CLS, 10, 11, SEP, 12, 13, 14, SEP, 0, 0],
         [CLS, 15, SEP, 22, SEP, 0, 0, 0, 0, 0],
@@ -505,7 +544,7 @@ def test_assemble_layout_exact():
     assert arrays["input_mask"].tolist() == [[1] * 8 + [0] * 2, [1] * 5 + [0] * 5]
     assert arrays["segment_ids"].tolist() == [[0] * 4 + [1] * 4 + [0] * 2, [0] * 3 + [1] * 2 + [0] * 5]
     assert arrays["next_sentence_labels"].tolist() == [[0], [1]]
-    features = mask_batch(arrays, make_params(max_seq_length=10, max_predictions_per_seq=9, masked_lm_prob=1.0),
+    features = mask_batch(arrays, make_params(max_seq_length=10, max_predictions_per_seq=9, masked_lm_prob=1.0).masking,
                           np.random.Generator(np.random.PCG64(0)))
     # masked_lm_prob 1.0: every candidate (A and B tokens) is predicted
     assert features["masked_lm_positions"][0].tolist() == [1, 2, 4, 5, 6, 0, 0, 0, 0]
@@ -523,7 +562,7 @@ def test_chunking_follows_reference_without_truncation(doc_lengths, msl, seed):
     B is read from a sentence start until it reaches ``target - len(A)``."""
     docs = make_docs(doc_lengths, seed)
     group = build_group(docs)
-    params = make_params(max_seq_length=msl, max_predictions_per_seq=1, short_seq_prob=0.0)
+    params = make_params(max_seq_length=msl, max_predictions_per_seq=1, short_seq_prob=0.0).instance
     target = params.max_num_tokens
     import bert_data.instances as instances
 

@@ -15,15 +15,15 @@ from conftest import base_args  # noqa: E402
 from objective_corpus import CLS, SEP, original_ids, read_examples, write_unique_corpus  # noqa: E402
 
 from bert_data.tools import create as cli  # noqa: E402
-from bert_data.instances import InstanceParams, build_group, plan_pairs  # noqa: E402
+from bert_data.instances import InstanceParams, plan_pairs  # noqa: E402
+from conftest import make_group as build_group  # noqa: E402
 
 SEQ, PRED = 40, 6
 
 
 def params(**overrides) -> InstanceParams:
     values = dict(
-        max_seq_length=SEQ, short_seq_prob=0.1, min_short_seq_length=2, masked_lm_prob=0.15,
-        max_predictions_per_seq=PRED, mask_whole_word=False, vocab_size=1000, cls_id=2, sep_id=3, mask_id=4,
+        max_seq_length=SEQ, short_seq_prob=0.1, min_short_seq_length=2, cls_id=2, sep_id=3,
         sentence_order_prediction=True,
     )
     values.update(overrides)

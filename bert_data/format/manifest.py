@@ -5,19 +5,25 @@ without it is not a finished output). Readers use it to find the record layout a
 ``inspect_tfrecords`` checks the shards against it.
 
 This module is the manifest's one home: its file name, :func:`build_manifest` (a pure function
-of the settings and the run's counters), and loading/checking it.
+of the settings and the run's counters), loading it (:func:`load_manifest`, for every reader),
+reading what it says about the records (:func:`manifest_layout`, :func:`manifest_separator`)
+and checking it against the shards actually found (:func:`verify_manifest`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import __version__
-from .schema import SCHEMAS, objective_schema, schema_description
+from ..errors import RecordFormatError
+from .checks import is_masked, layout_names, layout_specs
+from .records import natural_key
+from .schema import SCHEMAS, feature_length, objective_schema, schema_description, schema_from_names
 
 MANIFEST_NAME = "data_params.json"
 
@@ -112,3 +118,269 @@ def _objective_fields(settings: Mapping[str, Any], stats: Counter) -> Dict[str, 
 
 def local_vocab_identity(vocab_file: str, size: int) -> VocabIdentity:
     return VocabIdentity(os.path.abspath(vocab_file), file_sha256(vocab_file), size)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+class ManifestError(RecordFormatError):
+    """A ``data_params.json`` exists but cannot be used (unreadable, not JSON, not an object)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A loaded ``data_params.json``: where it is and its JSON object, as written."""
+
+    path: str
+    data: Dict[str, Any]
+
+    @property
+    def directory(self) -> str:
+        return os.path.dirname(self.path)
+
+    def int_field(self, key: str) -> Optional[int]:
+        """``data[key]`` when it is an int (not a bool), else None."""
+        value = self.data.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+ReadText = Callable[[str], str]
+
+
+def _read_local_text(path: str) -> str:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(path)
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def load_manifest(directory: str, read_text: Optional[ReadText] = None) -> Optional[Manifest]:
+    """The ``data_params.json`` of ``directory``, or None when there is none.
+
+    ``read_text(path) -> str`` reads the file; it raises :class:`FileNotFoundError` when there is
+    no such file, any other :class:`OSError` when it cannot be read. The default reads local
+    files; the tf.data reader passes a ``tf.io.gfile`` reader so that ``gs://`` outputs work
+    (this module must not import TensorFlow). Raises :class:`ManifestError` when the file is
+    there but unreadable, not JSON or not a JSON object."""
+    path = os.path.join(directory, MANIFEST_NAME)
+    read = read_text if read_text is not None else _read_local_text
+    try:
+        data = json.loads(read(path))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path}: not a JSON object")
+    return Manifest(path, data)
+
+
+# --------------------------------------------------------------------------------------------
+# What it says about the records
+# --------------------------------------------------------------------------------------------
+
+
+def _flag_layout(data: Mapping[str, Any]) -> Optional[str]:
+    """The layout the run settings recorded in a manifest write, when all three are there."""
+    flags = [data.get(k) for k in ("mlm_only", "sentence_order_prediction", "disable_masking")]
+    if not all(isinstance(v, bool) for v in flags):
+        return None
+    return objective_schema(*flags)
+
+
+def manifest_layout(manifest: Manifest) -> Tuple[Optional[str], str, Optional[str]]:
+    """``(layout, where it came from, problem)`` from a ``data_params.json``: its
+    ``record_schema``, else the feature names listed under ``schema``, else the run settings
+    (``mlm_only``, ``sentence_order_prediction``, ``disable_masking``). ``layout`` is None when
+    the manifest says nothing usable (then the records decide); ``problem`` is set when
+    ``record_schema`` is there but is not a known layout."""
+    d = manifest.data
+    problem = None
+    named = d.get("record_schema")
+    if named is not None:
+        if isinstance(named, str) and named in SCHEMAS:
+            return named, f"record_schema in {manifest.path}", None
+        problem = f"record_schema is {named!r}, not one of {sorted(SCHEMAS)}"
+    schema = d.get("schema")
+    if isinstance(schema, dict):
+        try:
+            layout: Optional[str] = schema_from_names(schema)
+        except ValueError:
+            layout = None
+        if layout is not None:
+            if layout == "nsp" and (d.get("sentence_order_prediction") is True or d.get("objective") == "mlm+sop"):
+                layout = "sop"  # same features as nsp: the settings tell them apart
+            return layout, f"schema in {manifest.path}", problem
+    layout = _flag_layout(d)
+    if layout is not None:
+        return layout, f"run settings in {manifest.path}", problem
+    return None, "", problem
+
+
+@dataclass(frozen=True)
+class Separator:
+    """What may sit between documents inside MLM-only windows (from ``data_params.json``)."""
+
+    token: Optional[str] = "[SEP]"  # --document_separator_token; None: windows never span documents
+
+    def id(self, tokens: Optional[Sequence[str]]) -> Optional[int]:
+        """The separator's id in a vocabulary given as its tokens by id, or None."""
+        if tokens is None or self.token is None:
+            return None
+        try:
+            return list(tokens).index(self.token)
+        except ValueError:
+            return None
+
+
+def manifest_separator(manifest: Optional[Manifest]) -> Separator:
+    """The document separator of a run's MLM-only windows (the default ``[SEP]`` without a manifest)."""
+    if manifest is None:
+        return Separator()
+    if manifest.data.get("allow_cross_document_examples") is False:
+        return Separator(None)
+    token = manifest.data.get("document_separator_token")
+    return Separator(token if isinstance(token, str) and token else "[SEP]")
+
+
+# --------------------------------------------------------------------------------------------
+# Checking it against the shards
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObservedShards:
+    """What reading (some of) the shards beside a manifest found."""
+
+    record_counts: Mapping[str, int]  # shard file name (basename) -> records read
+    compressions: Mapping[str, str] = field(default_factory=dict)  # shard file name -> "gzip" / "none"
+    layout: Optional[str] = None  # the layout the records were read as (None: no record read)
+    layout_from: str = ""  # where that layout came from, for messages
+    seq_length: Optional[int] = None  # input_ids length of the first record that has one
+    pred_length: Optional[int] = None  # masked_lm_positions length of the first record that has one
+    whole_directory: bool = False  # every shard of the directory was read, so a listed one missing is an error
+
+
+@dataclass
+class ManifestCheck:
+    """The outcome of :func:`verify_manifest`."""
+
+    report: Dict[str, Any]  # JSON-able: path, files_checked, n_examples_checked
+    problems: List[str] = field(default_factory=list)  # mismatches: the output is not what the manifest says
+    warnings: List[str] = field(default_factory=list)
+
+
+def verify_manifest(manifest: Manifest, observed: ObservedShards) -> ManifestCheck:
+    """Check a manifest against the shards read beside it: its sizes, layout, objective and
+    schema against the records, ``instances_per_shard``/``n_examples`` against the record
+    counts, ``compression`` against the files. Problems are prefixed with the manifest's path."""
+    check = ManifestCheck({"path": manifest.path, "files_checked": sorted(observed.record_counts, key=natural_key)})
+    problems: List[str] = []
+    _check_records_fields(manifest, observed, problems)
+    _check_counts(manifest, observed, check, problems)
+    check.problems = [f"{manifest.path}: {p}" for p in problems]
+    return check
+
+
+def _check_records_fields(manifest: Manifest, observed: ObservedShards, bad: List[str]) -> None:
+    """The fields that describe the records: lengths, layout, objective, run settings, schema."""
+    d = manifest.data
+    layout = observed.layout
+    layout_problem = manifest_layout(manifest)[2]
+    if layout_problem:
+        bad.append(layout_problem)
+    seq, pred = manifest.int_field("max_seq_length"), manifest.int_field("max_predictions_per_seq")
+    needs_pred = layout is None or is_masked(layout)
+    for key, value in (("max_seq_length", seq), ("max_predictions_per_seq", pred)):
+        if (value is None or value < 1) and (key == "max_seq_length" or needs_pred):
+            bad.append(f"{key} is missing or not a positive integer ({d.get(key)!r})")
+    if seq and observed.seq_length is not None and observed.seq_length != seq:
+        bad.append(f"max_seq_length is {seq} but the records' input_ids have {observed.seq_length} values")
+    if pred and is_masked(layout) and observed.pred_length is not None and observed.pred_length != pred:
+        bad.append(
+            f"max_predictions_per_seq is {pred} but the records' masked_lm_positions have "
+            f"{observed.pred_length} values"
+        )
+    if layout is not None:
+        objective = d.get("objective")
+        if isinstance(objective, str) and objective != OBJECTIVE_OF_LAYOUT[layout]:
+            bad.append(
+                f"objective is {objective!r} but the records are {layout} records ({OBJECTIVE_OF_LAYOUT[layout]!r})"
+            )
+        by_flags = _flag_layout(d)
+        if by_flags is not None and by_flags != layout:
+            bad.append(
+                f"the run settings (mlm_only={d.get('mlm_only')}, sentence_order_prediction="
+                f"{d.get('sentence_order_prediction')}, disable_masking={d.get('disable_masking')}) write "
+                f"{by_flags} records, but the records are {layout} records ({observed.layout_from})"
+            )
+    schema = d.get("schema")
+    if isinstance(schema, dict) and seq and (pred or not needs_pred):
+        bad.extend(_schema_problems(schema, layout, seq, pred or 0))
+
+
+def _schema_problems(schema: Dict[str, Any], layout: Optional[str], seq: int, pred: int) -> List[str]:
+    """What is wrong with the manifest's ``schema`` description for records of ``layout``."""
+    if layout is None:
+        try:
+            schema_from_names(schema)
+        except ValueError as exc:
+            return [f"schema: {exc}"]
+        return []
+    if sorted(schema) != sorted(layout_names(layout)):
+        return [f"schema lists features {sorted(schema)}, expected the {layout} features {sorted(layout_names(layout))}"]
+    problems = []
+    for spec in layout_specs(layout):
+        entry = schema[spec.name] if isinstance(schema[spec.name], dict) else {}
+        want = feature_length(spec, seq, pred)
+        if entry.get("dtype") != spec.dtype or entry.get("length") != want:
+            problems.append(
+                f"schema entry {spec.name} is {entry.get('dtype')}[{entry.get('length')}], expected {spec.dtype}[{want}]"
+            )
+    return problems
+
+
+def _check_counts(manifest: Manifest, observed: ObservedShards, check: ManifestCheck, bad: List[str]) -> None:
+    """``instances_per_shard``, ``n_examples`` and ``compression`` against the shards read."""
+    d = manifest.data
+    counts = observed.record_counts
+    per_shard = d.get("instances_per_shard")
+    n_examples = manifest.int_field("n_examples")
+    if not isinstance(per_shard, dict):
+        bad.append("instances_per_shard is missing")
+        per_shard = {}
+    for base, count in sorted(counts.items(), key=lambda kv: natural_key(kv[0])):
+        if base not in per_shard:
+            check.warnings.append(f"{os.path.join(manifest.directory, base)} is not listed in {manifest.path}")
+        elif per_shard[base] != count:
+            bad.append(f"instances_per_shard says {base} holds {per_shard[base]} records, it holds {count}")
+    listed = set(per_shard)
+    inspected = listed & set(counts)
+    if n_examples is None:
+        bad.append(f"n_examples is missing or not an integer ({d.get('n_examples')!r})")
+    elif per_shard and all(isinstance(v, int) for v in per_shard.values()) and sum(per_shard.values()) != n_examples:
+        bad.append(f"n_examples is {n_examples} but instances_per_shard sums to {sum(per_shard.values())}")
+    missing = sorted(listed - inspected, key=natural_key)
+    if not missing and n_examples is not None:
+        total = sum(counts[b] for b in inspected)
+        if total != n_examples:
+            bad.append(f"n_examples is {n_examples}, the {len(inspected)} shard(s) hold {total} records")
+        check.report["n_examples_checked"] = True
+    else:
+        check.report["n_examples_checked"] = False
+        if observed.whole_directory:
+            for base in missing:
+                bad.append(f"lists {base}, which is missing from {manifest.directory}")
+        elif missing:
+            check.warnings.append(
+                f"{manifest.path}: n_examples not checked ({len(inspected)} of {len(listed)} listed shards inspected)"
+            )
+    compression = d.get("compression")
+    if compression in ("none", "gzip"):
+        for base, found in sorted(observed.compressions.items()):
+            if found != compression:
+                bad.append(f"compression is {compression!r} but {base} is {found!r}")

@@ -15,6 +15,12 @@ Reader side (tools and tests):
   verifying both CRCs.
 * :func:`parse_example` decodes ``tf.train.Example`` bytes to ``name -> numpy array``.
 
+Shared by every reader (``iter_records``, ``inspect_tfrecords``, the tf.data reader), so they
+agree on what a file is:
+
+* :func:`tfrecord_compression` tells a GZIP file from a plain one by its first 12 bytes;
+* :func:`natural_key` orders shard files (``examples-2`` before ``examples-10``).
+
 Wire layout produced for one record (all lengths are varints)::
 
     Example   := 0x0a len Features
@@ -39,6 +45,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import struct
 import zlib
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -52,6 +59,8 @@ __all__ = [
     "frame_records",
     "iter_records",
     "parse_example",
+    "tfrecord_compression",
+    "natural_key",
     "crc32c",
     "masked_crc32c",
     "CRC32C_IMPLEMENTATION",
@@ -432,7 +441,7 @@ def _read_exact(f: BinaryIO, size: int) -> bytes:
 
 
 def iter_records(path_or_fileobj: Union[str, "os.PathLike[str]", BinaryIO], verify: bool = True) -> Iterator[bytes]:
-    """Yield the payloads of a TFRecord file, plain or GZIP-compressed (detected by the 1f 8b magic).
+    """Yield the payloads of a TFRecord file, plain or GZIP-compressed (:func:`tfrecord_compression`).
 
     Streams frame by frame. With ``verify`` both CRCs of every frame are checked. A truncated
     frame, a bad CRC or a corrupt gzip stream raises :class:`RecordFormatError` naming the file
@@ -460,6 +469,28 @@ def _looks_like_frame_header(head: bytes) -> bool:
     return len(head) == 12 and masked_crc32c(head[:8]) == _U32.unpack_from(head, 8)[0]
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def tfrecord_compression(head: bytes) -> str:
+    """``"gzip"`` or ``"none"``: the compression of a TFRecord file that starts with ``head``
+    (its first 12 bytes, fewer only for a shorter file).
+
+    GZIP files start with the magic bytes 1f 8b. So can a plain file, when its first record's
+    length (uint64 LE) starts with those two bytes; such a file is recognised as plain because
+    its first 12 bytes are a valid frame header (length + masked CRC32C of the length). Checking
+    only the magic would try to gunzip it.
+    """
+    if head[:2] != GZIP_MAGIC or _looks_like_frame_header(head[:12]):
+        return "none"
+    return "gzip"
+
+
+def natural_key(path: str) -> List[Any]:
+    """Sort key of shard file names: ``examples-2`` before ``examples-10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
 def _iter_stream(f: BinaryIO, name: str, verify: bool) -> Iterator[bytes]:
     seekable = False
     try:
@@ -474,9 +505,7 @@ def _iter_stream(f: BinaryIO, name: str, verify: bool) -> Iterator[bytes]:
     else:
         head = _read_exact(f, 12)
         stream = io.BufferedReader(_Prefixed(head, f))  # type: ignore[arg-type]
-    # gzip magic 1f 8b; a plain file whose first record length happens to start with those two
-    # bytes is recognised by its valid length CRC.
-    compressed = head[:2] == b"\x1f\x8b" and not _looks_like_frame_header(head)
+    compressed = tfrecord_compression(head) == "gzip"
     where = "uncompressed byte offset" if compressed else "byte offset"
 
     if compressed:

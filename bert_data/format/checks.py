@@ -1,0 +1,286 @@
+"""The record invariants: the executable spec of what a valid record of each layout holds.
+
+:mod:`bert_data.format.schema` fixes the feature names, dtypes and lengths; this module states
+what the *values* must be (a run of real tokens, ``[CLS]``/``[SEP]`` where BERT puts them,
+segment ids 0s then 1s, predictions in ascending order with weights 1.0, ...). It is used by
+``inspect_tfrecords`` (:mod:`bert_data.inspection`) to check every record it reads, and by tests
+to check what the writer produces, so the two cannot disagree on what "valid" means.
+
+Four record layouts (the keys of :data:`bert_data.format.schema.SCHEMAS`): ``nsp`` and ``sop``
+(``[CLS] A [SEP] B [SEP]`` with ``segment_ids`` and ``next_sentence_labels``), ``mlm_only``
+(``[CLS] window [SEP]`` with the masked-LM features; the window may hold document separators)
+and ``unmasked`` (``input_ids`` and ``input_mask`` only, masked in the reader).
+
+Everything is vectorised over a batch of records stacked as ``(n, k)`` arrays: no per-record
+Python, so checking every record of a large output stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple
+
+import numpy as np
+
+from .schema import SCHEMAS, FeatureSpec, feature_length, schema_from_names
+
+__all__ = [
+    "PAIRED_LAYOUTS",
+    "layout_specs",
+    "layout_names",
+    "is_paired",
+    "is_masked",
+    "layout_from_names",
+    "structure_problem",
+    "check_records",
+]
+
+PAIRED_LAYOUTS = ("nsp", "sop")  # [CLS] A [SEP] B [SEP], segment_ids and next_sentence_labels
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------------------------
+
+
+def layout_specs(layout: str) -> Tuple[FeatureSpec, ...]:
+    return SCHEMAS[layout]
+
+
+def layout_names(layout: str) -> Tuple[str, ...]:
+    return tuple(f.name for f in SCHEMAS[layout])
+
+
+def is_paired(layout: Optional[str]) -> bool:
+    return layout in PAIRED_LAYOUTS
+
+
+def is_masked(layout: Optional[str]) -> bool:
+    return layout is not None and "masked_lm_positions" in layout_names(layout)
+
+
+def layout_from_names(names: Iterable[str]) -> str:
+    """The layout whose feature names are exactly ``names`` (``nsp`` for the NSP/SOP names);
+    when none matches, the closest one (fewest missing plus unexpected features), so that a
+    bad first record still gets the most useful complaints."""
+    names = set(names)
+    try:
+        return schema_from_names(names)
+    except ValueError:
+        pass
+    return min(("nsp", "mlm_only", "unmasked"), key=lambda key: len(names ^ set(layout_names(key))))
+
+
+# --------------------------------------------------------------------------------------------
+# One record's structure
+# --------------------------------------------------------------------------------------------
+
+_WANT_KIND = {"int64": "int64_list", "float32": "float_list"}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "bytes_list" if value else "feature without a value list"
+    if value.dtype == np.float32:
+        return "float_list"
+    return "int64_list"
+
+
+def structure_problem(example: Dict[str, Any], seq: int, pred: int, layout: str = "nsp") -> Optional[str]:
+    """First problem with the feature names, dtypes and lengths of one decoded record
+    (:func:`bert_data.format.records.parse_example`) of the given layout, or None."""
+    specs = layout_specs(layout)
+    names = [f.name for f in specs]
+    missing = [name for name in names if name not in example]
+    if missing:
+        return "missing feature(s) " + ", ".join(missing)
+    extra = sorted(set(example) - set(names))
+    if extra:
+        return "unexpected feature(s) " + ", ".join(repr(e) for e in extra)
+    for spec in specs:
+        value = example[spec.name]
+        kind, want = _kind(value), _WANT_KIND[spec.dtype]
+        if kind != want:
+            return f"{spec.name} is a {kind}, expected a {want} ({spec.dtype})"
+        length = feature_length(spec, seq, pred)
+        if len(value) != length:
+            return f"{spec.name} has {len(value)} values, expected {length}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Record contents
+# --------------------------------------------------------------------------------------------
+
+
+class RecordVocab(Protocol):
+    """What the content checks need of a vocabulary (e.g. :class:`bert_data.inspection.inputs.VocabInfo`)."""
+
+    cls: int
+    sep: int
+    mask: int
+
+    @property
+    def size(self) -> int: ...
+
+
+Checks = List[Tuple[np.ndarray, str]]  # (bad rows as a bool vector, message), one per check
+
+
+class _Rows(NamedTuple):
+    """Per-record quantities that several checks share."""
+
+    real: np.ndarray  # real tokens (input_mask 1s)
+    run: np.ndarray  # (n, seq): inside the real tokens
+    len_a: np.ndarray  # [CLS] A [SEP] length of paired records (0 for the others)
+    prefix: np.ndarray  # (n, pred): a real prediction slot ((n, 0) for unmasked records)
+    safe_pos: np.ndarray  # masked_lm_positions clipped into the sequence ((n, 0) when unmasked)
+
+
+def _any_row(bad: np.ndarray) -> np.ndarray:
+    return bad.any(axis=1)
+
+
+def check_records(
+    batch: Dict[str, np.ndarray],
+    vocab: Optional[RecordVocab],
+    layout: str = "nsp",
+    separator_id: Optional[int] = None,
+) -> Checks:
+    """Vectorised content checks of structurally valid records (:func:`structure_problem` is
+    None) of one layout, stacked as ``(n, k)`` arrays.
+
+    Returns ``(bad_rows_bool, message)`` pairs, one per check, in a fixed order. A prediction
+    slot is a slot whose position is non-zero (position 0 is always ``[CLS]``, which is never
+    masked). Without ``vocab`` only the checks that need no token ids are made.
+    ``separator_id`` is the MLM-only document separator (``None``: windows never span
+    documents); it is ignored for the paired (NSP/SOP) layouts. ``vocab.sep`` as separator
+    allows ``[SEP]`` inside MLM-only windows.
+    """
+    paired, masked = is_paired(layout), is_masked(layout)
+    ids = batch["input_ids"]
+    mask = batch["input_mask"]
+    n, seq = ids.shape
+    real = (mask == 1).sum(axis=1)
+    run = np.arange(seq)[None, :] < real[:, None]
+
+    checks: Checks = [
+        (_any_row(~np.isin(mask, (0, 1))), "input_mask has values other than 0 and 1"),
+        (_any_row((mask == 1) != run), "input_mask is not a run of 1s followed by 0s"),
+        (real == 0, "input_mask is all 0s (no real tokens)"),
+    ]
+    len_a = np.zeros(n, np.int64)
+    if paired:
+        seg = batch["segment_ids"]
+        len_a = ((seg == 0) & run).sum(axis=1)
+        checks += [
+            (_any_row(~np.isin(seg, (0, 1))), "segment_ids has values other than 0 and 1"),
+            (_any_row((seg != 0) & ~run), "segment_ids is not 0 on padding"),
+            (_any_row(np.diff(np.where(run, seg, 1), axis=1) < 0), "segment_ids is not 0s then 1s within input_mask"),
+            ((real > 0) & (len_a == 0), "segment A is empty (segment_ids starts with 1)"),
+            ((real > 0) & (len_a == real), "segment B is empty (no segment_ids 1 within input_mask)"),
+        ]
+    else:
+        checks.append(((real > 0) & (real < 3), "the window holds no token between [CLS] and [SEP]"))
+    checks.append((_any_row((ids != 0) & ~run), "input_ids is not 0 on padding"))
+    if paired:
+        checks.append((~np.isin(batch["next_sentence_labels"][:, 0], (0, 1)), "next_sentence_labels is not 0 or 1"))
+    prefix, safe_pos = np.zeros((n, 0), bool), np.zeros((n, 0), np.int64)
+    if masked:
+        prefix, safe_pos, prediction_checks = _prediction_checks(batch, real)
+        checks += prediction_checks
+    if vocab is None:
+        negative = _any_row(ids < 0)
+        if masked:
+            negative |= _any_row((batch["masked_lm_ids"] < 0) & prefix)
+        checks.append((negative, "negative token id"))
+        return checks
+    return checks + _vocab_checks(batch, vocab, layout, separator_id, _Rows(real, run, len_a, prefix, safe_pos))
+
+
+def _prediction_checks(batch: Dict[str, np.ndarray], real: np.ndarray) -> Tuple[np.ndarray, np.ndarray, Checks]:
+    """The masked-LM slots: ``(real prediction slots, positions clipped into the sequence, checks)``."""
+    pos = batch["masked_lm_positions"]
+    mids = batch["masked_lm_ids"]
+    weights = batch["masked_lm_weights"]
+    seq = batch["input_ids"].shape[1]
+    pred = pos != 0
+    k = pred.sum(axis=1)
+    prefix = np.arange(pos.shape[1])[None, :] < k[:, None]
+    checks: Checks = [
+        (_any_row(pred != prefix), "masked_lm_positions has a padding 0 before a real prediction"),
+        (_any_row(pos < 0), "masked_lm_positions has negative values"),
+        (_any_row((np.diff(pos, axis=1) <= 0) & prefix[:, 1:]), "masked_lm_positions is not strictly ascending"),
+        (_any_row((pos >= real[:, None]) & prefix), "masked_lm_positions points past the real length"),
+        (
+            _any_row(((weights != 1.0) & prefix) | ((weights != 0.0) & ~prefix)),
+            "masked_lm_weights is not 1.0 exactly on the predictions and 0.0 elsewhere",
+        ),
+        (_any_row((mids != 0) & ~prefix), "masked_lm_ids is not 0 on padding slots"),
+    ]
+    return prefix, np.clip(pos, 0, seq - 1), checks
+
+
+def _vocab_checks(
+    batch: Dict[str, np.ndarray], vocab: RecordVocab, layout: str, separator_id: Optional[int], rows: _Rows
+) -> Checks:
+    """The checks that need token ids: ids in the vocabulary, ``[CLS]``/``[SEP]``/``[MASK]``
+    where (and only where) the layout puts them. Tokens are judged by their *original* id
+    (before masking), recovered from ``masked_lm_ids``."""
+    paired, masked = is_paired(layout), is_masked(layout)
+    ids = batch["input_ids"]
+    n, seq = ids.shape
+    real, run, len_a, prefix, safe_pos = rows
+    size = vocab.size
+    r1 = np.arange(n)
+    column = np.broadcast_to(np.arange(seq)[None, :], ids.shape)
+    last = np.clip(real - 1, 0, seq - 1)
+    slot_rows = np.broadcast_to(r1[:, None], prefix.shape)
+    original = ids.copy()
+    is_pred = np.zeros(ids.shape, bool)
+    mids = batch["masked_lm_ids"] if masked else None
+    if masked:
+        original[slot_rows[prefix], safe_pos[prefix]] = mids[prefix]
+        is_pred[slot_rows[prefix], safe_pos[prefix]] = True
+    checks: Checks = [(_any_row((ids < 0) | (ids >= size)), f"input_ids outside the vocabulary (0..{size - 1})")]
+    if masked:
+        checks.append(
+            (_any_row(((mids < 0) | (mids >= size)) & prefix), f"masked_lm_ids outside the vocabulary (0..{size - 1})")
+        )
+    checks += [
+        ((real > 0) & (ids[:, 0] != vocab.cls), "input_ids does not start with [CLS]"),
+        ((real > 0) & (ids[r1, last] != vocab.sep), "the last real token is not [SEP]"),
+        (_any_row((original == vocab.cls) & run & (column > 0)), "[CLS] after position 0"),
+    ]
+    sep_in_run = (original == vocab.sep) & run
+    if paired:
+        end_a = np.clip(len_a - 1, 0, seq - 1)
+        checks += [
+            ((len_a > 0) & (ids[r1, end_a] != vocab.sep), "segment A does not end with [SEP]"),
+            (sep_in_run.sum(axis=1) != 2, "does not hold exactly 2 [SEP] (after A and after B)"),
+            (
+                _any_row(((safe_pos == end_a[:, None]) | (safe_pos == last[:, None])) & prefix),
+                "a masked position is a [SEP]",
+            ),
+        ]
+    else:
+        if separator_id != vocab.sep:
+            what = (
+                "windows never span documents" if separator_id is None else f"the document separator is id {separator_id}"
+            )
+            checks.append(
+                (_any_row(sep_in_run & (column < last[:, None])), f"[SEP] before the last real token ({what})")
+            )
+        if masked:
+            checks.append(
+                (
+                    _any_row(((safe_pos == last[:, None]) | (mids == vocab.sep)) & prefix),
+                    "a masked position is a [SEP]",
+                )
+            )
+            if separator_id is not None and separator_id != vocab.sep:
+                checks.append((_any_row((mids == separator_id) & prefix), "a masked position is the document separator"))
+    if masked:
+        checks.append((_any_row((ids == vocab.mask) & run & ~is_pred), "[MASK] at a position that is not a prediction"))
+    else:
+        checks.append((_any_row((ids == vocab.mask) & run), "input_ids holds [MASK] (unmasked records store no masks)"))
+    return checks

@@ -1,0 +1,24 @@
+"""The library behind ``inspect_tfrecords`` (the thin CLI is :mod:`bert_data.tools.inspect`).
+
+Looks inside BERT pretraining TFRecords without TensorFlow: records are read with
+:func:`bert_data.format.records.iter_records` (plain or GZIP, CRC-checked) and decoded with
+:func:`bert_data.format.records.parse_example` in batches, so memory stays bounded whatever the
+size of the data (only histograms are accumulated). What a valid record is, is not defined here
+but in :mod:`bert_data.format.checks`; what ``data_params.json`` must agree with, in
+:func:`bert_data.format.manifest.verify_manifest`.
+
+Modules, one concern each:
+
+* :mod:`.inputs`: what is inspected: the files a PATH names, the directory (manifest, record
+  layout, lengths) each file lies in, and the vocabulary to decode ids with;
+* :mod:`.stats`: ``--stats``: stream every record, check it, accumulate the statistics into
+  the JSON-able report;
+* :mod:`.report`: that report as text, and as a plot;
+* :mod:`.printer`: the default mode: the first records decoded back to WordPiece text.
+"""
+
+from ..errors import BertDataError
+
+
+class InspectError(BertDataError):
+    """Bad flags, missing inputs or unreadable files (exit 2)."""

@@ -1,0 +1,232 @@
+"""What ``inspect_tfrecords`` inspects: the files, the directory each lies in, the vocabulary.
+
+* :func:`resolve_inputs`: the files named by PATH arguments (files, globs, output directories);
+* :class:`Group`: one directory's files: its ``data_params.json`` (if any), the record layout
+  and lengths they are checked against, and what reading them found;
+* :class:`VocabInfo`: the vocabulary ids are decoded with, loaded by the writer's own strict
+  :func:`bert_data.tokenization.load_vocab`, so a vocabulary the writer refuses is refused here.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..format.checks import layout_from_names
+from ..format.manifest import (
+    Manifest,
+    ObservedShards,
+    Separator,
+    file_sha256,
+    load_manifest,
+    manifest_layout,
+    manifest_separator,
+)
+from ..format.records import natural_key, tfrecord_compression
+from . import InspectError
+
+__all__ = [
+    "InputFile",
+    "resolve_inputs",
+    "detect_compression",
+    "VocabInfo",
+    "load_vocab_info",
+    "manifest_vocab_path",
+    "vocab_differs",
+    "Group",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class InputFile:
+    path: str
+    dir_given: bool  # found by listing a directory PATH
+
+
+def resolve_inputs(paths: Sequence[str]) -> Tuple[List[InputFile], List[str]]:
+    """Files to read (in order, without duplicates) and the directories given as PATH."""
+    files: List[InputFile] = []
+    dirs: List[str] = []
+    seen = set()
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(glob.glob(os.path.join(glob.escape(p), "*.tfrecords")), key=natural_key)
+            found = [f for f in found if os.path.isfile(f)]
+            if not found:
+                raise InspectError(f"{p}: directory holds no *.tfrecords files")
+            dirs.append(os.path.realpath(p))
+            from_dir = True
+        elif os.path.exists(p):
+            found, from_dir = [p], False
+        elif glob.has_magic(p):
+            found = sorted((f for f in glob.glob(p) if os.path.isfile(f)), key=natural_key)
+            if not found:
+                raise InspectError(f"{p}: no file matches")
+            from_dir = False
+        else:
+            raise InspectError(f"{p}: no such file or directory")
+        for f in found:
+            real = os.path.realpath(f)
+            if real in seen:
+                continue
+            seen.add(real)
+            files.append(InputFile(f, from_dir))
+    return files, dirs
+
+
+def detect_compression(path: str) -> str:
+    """``"gzip"`` or ``"none"`` (:func:`bert_data.format.records.tfrecord_compression`)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(12)
+    except OSError as exc:
+        raise InspectError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return tfrecord_compression(head)
+
+
+def file_directory(path: str) -> str:
+    """The real directory of a file: files reached by different paths share one :class:`Group`."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(path)))
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VocabInfo:
+    path: str
+    tokens: List[str]  # by id
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def token(self, i: int) -> str:
+        return self.tokens[i] if 0 <= i < len(self.tokens) else f"<id {i}>"
+
+
+def load_vocab_info(path: str) -> VocabInfo:
+    """Raises :class:`bert_data.errors.VocabError` (exit 2) for a file the writer would refuse."""
+    from ..tokenization import load_vocab, vocab_tokens  # lazily: keeps the CLI's startup light
+
+    vocab = load_vocab(path)
+    return VocabInfo(
+        path, vocab_tokens(vocab), vocab["[PAD]"], vocab["[UNK]"], vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]
+    )
+
+
+def manifest_vocab_path(manifest: Manifest) -> Optional[str]:
+    """The manifest's vocab_file, as given if it exists, else relative to the manifest's directory."""
+    value = manifest.data.get("vocab_file")
+    if not isinstance(value, str) or not value:
+        return None
+    if os.path.isfile(value) or os.path.isabs(value):
+        return value
+    beside = os.path.join(manifest.directory, value)
+    return beside if os.path.isfile(beside) else value
+
+
+def vocab_differs(vocab: VocabInfo, manifest: Optional[Manifest]) -> bool:
+    """True when the manifest records another vocabulary (its ``vocab_sha256``) than ``vocab``:
+    decoded tokens and [UNK]/[MASK] statistics may then be wrong."""
+    want = manifest.data.get("vocab_sha256") if manifest else None
+    return isinstance(want, str) and want != file_sha256(vocab.path)
+
+
+# --------------------------------------------------------------------------------------------
+# Directories
+# --------------------------------------------------------------------------------------------
+
+
+def names_source(layout: str, where: str) -> str:
+    """Where a layout learnt from a record's feature names came from, for the report."""
+    text = f"feature names of the first record of {where}"
+    if layout == "nsp":
+        text += " (sop records have the same features: without data_params.json they are reported as nsp)"
+    return text
+
+
+@dataclass
+class Group:
+    """Files of one directory: the manifest there, if any, the layout and the expected lengths,
+    and (``--stats``) what reading them found."""
+
+    directory: str
+    manifest: Optional[Manifest]
+    seq: Optional[int] = None
+    pred: Optional[int] = None
+    lengths_from: str = ""
+    layout: Optional[str] = None  # a key of SCHEMAS; None until known
+    layout_from: str = ""
+    separator: Separator = field(default_factory=Separator)
+    observed_seq: Optional[int] = None  # input_ids length of the first record that has one
+    observed_pred: Optional[int] = None  # masked_lm_positions length of the first record that has one
+    counts: Dict[str, int] = field(default_factory=dict)  # file basename -> records
+    compressions: Dict[str, str] = field(default_factory=dict)
+    dir_given: bool = False
+
+    @classmethod
+    def for_directory(cls, directory: str, dir_given: bool = False) -> "Group":
+        group = cls(directory, load_manifest(directory), dir_given=dir_given)
+        m = group.manifest
+        if m is not None:
+            group.layout, group.layout_from, _ = manifest_layout(m)  # a bad record_schema: verify_manifest
+            group.separator = manifest_separator(m)
+            seq, pred = m.int_field("max_seq_length"), m.int_field("max_predictions_per_seq")
+            if seq and seq > 0:
+                group.seq, group.lengths_from = seq, m.path
+            if pred and pred > 0:
+                group.pred = pred
+        return group
+
+    def learn_layout(self, example: Dict[str, Any], source: str) -> str:
+        """The layout, from the first record's feature names when the manifest left it open."""
+        if self.layout is None:
+            self.layout = layout_from_names(example)
+            self.layout_from = names_source(self.layout, source)
+        return self.layout
+
+    def learn(self, where: str, example: Dict[str, Any]) -> None:
+        """Layout and lengths from a decoded record, for whatever the manifest left open."""
+        source = where.rsplit(" record ", 1)[0]
+        self.learn_layout(example, source)
+        ids, positions = example.get("input_ids"), example.get("masked_lm_positions")
+        if isinstance(ids, np.ndarray):
+            if self.observed_seq is None:
+                self.observed_seq = len(ids)
+            if self.seq is None:
+                self.seq = len(ids)
+                self.lengths_from = f"first record of {source}"
+        if isinstance(positions, np.ndarray):
+            if self.observed_pred is None:
+                self.observed_pred = len(positions)
+            if self.pred is None:
+                self.pred = len(positions)
+
+    def observed(self) -> ObservedShards:
+        """What reading the files found, to verify the manifest against."""
+        return ObservedShards(
+            record_counts=dict(self.counts),
+            compressions=dict(self.compressions),
+            layout=self.layout,
+            layout_from=self.layout_from,
+            seq_length=self.observed_seq,
+            pred_length=self.observed_pred,
+            whole_directory=self.dir_given,
+        )
