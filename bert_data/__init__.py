@@ -20,6 +20,7 @@ _EXPORTS = {
     "pretraining_dataset": "bert_data.reader.dataset",
     "decode_record": "bert_data.reader.dataset",
     "ReaderOptions": "bert_data.reader.dataset",
+    "DynamicMaskingOptions": "bert_data.reader.dynamic_masking",
     "make_dynamic_masker": "bert_data.reader.dynamic_masking",
     "FullTokenizer": "bert_data.tokenization",
     "load_vocab": "bert_data.tokenization",

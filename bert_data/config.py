@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .documents import INPUT_FORMATS  # the input stage owns its formats
 from .errors import ConfigError
 
 COMPRESSIONS = ("none", "gzip")
@@ -209,10 +208,10 @@ def validate(config: Config) -> None:
     _validate_runner(config)
 
 
-
-
 def _validate_inputs(config: Config) -> None:
     """--input_format / --text_key rules."""
+    from .documents import INPUT_FORMATS  # the input stage owns its formats (lazy: config stays a leaf)
+
     if config.input_format not in INPUT_FORMATS:
         raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {config.input_format!r}")
     if not isinstance(config.text_key, str) or not config.text_key:

@@ -10,6 +10,7 @@ every path in the corpus is ever built.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 from collections import Counter
@@ -18,7 +19,13 @@ from itertools import islice
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError, MetadataError, OutputError
-from .storage import is_remote, open_metadata
+from .storage import is_remote
+
+log = logging.getLogger("bert_data")
+
+
+def _open_local(path: str) -> BinaryIO:
+    return open(path, "rb")
 
 
 
@@ -51,12 +58,12 @@ def parse_metadata_line(line: str, prefix: str) -> Optional[str]:
 
 
 def iter_metadata(
-    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = open_metadata
+    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_local
 ) -> Iterator[DocumentSource]:
     """Stream the entries of every metadata file, in order.
 
     Lines are decoded one by one (a UTF-8 BOM on the first is dropped), so an undecodable
-    line is reported with its own number. Metadata files may be local paths or URLs (:mod:`bert_data.storage`).
+    line is reported with its own number. ``opener`` lets the Beam runner read remote metadata files (:func:`bert_data.storage.open_metadata`).
     """
     for metadata_file in metadata_files:
         try:
@@ -107,7 +114,7 @@ def scan_metadata(
     prefix: str,
     select: Optional[Callable[[DocumentSource], bool]] = None,
     empty_hint: str = "",
-    opener: Callable[[str], BinaryIO] = open_metadata,
+    opener: Callable[[str], BinaryIO] = _open_local,
 ) -> MetadataSummary:
     """One validating pass over every entry before any work starts.
 
@@ -139,6 +146,8 @@ def scan_metadata(
                 total_bytes += info.st_size
         except OSError:
             pass
+    if duplicates:
+        log.warning("%d duplicate document path(s) in the metadata; each is processed again", duplicates)
     if entries == 0:
         raise MetadataError(
             empty_hint or f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)"

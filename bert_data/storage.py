@@ -1,7 +1,10 @@
 """Storage: local paths and remote URLs behind one small interface.
 
-Every place that opens, creates, lists, renames or deletes a file of a run goes through here,
-so a path may be a local one or a URL with a scheme (``gs://``, ``s3://``, ``hdfs://``, ...).
+Every file that may be a URL goes through here: the Beam runner's metadata, documents, work
+directory, shards and manifest, and the manifest written by any runner. A path may be a local one
+or a URL with a scheme (``gs://``, ``s3://``, ``hdfs://``, ...). The local runner's work directory
+(fragments, partial shards, journal: :mod:`bert_data.writer`) is local by design: it appends
+with kernel copies and fsyncs, which object stores cannot do.
 Local paths use the operating system directly (fsync before rename where a crash must not
 lose what a journal claims); URLs go through Apache Beam's ``FileSystems`` (installed with
 the ``beam`` extra), which is only imported when a URL is actually used.
@@ -12,6 +15,7 @@ needs no temporary name there; elsewhere it writes ``path.<random>.tmp`` and ren
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -60,7 +64,7 @@ def open_metadata(path: str) -> IO[bytes]:
     try:
         return open_read(path)
     except Exception as exc:  # BeamIOError and friends
-        raise OSError(getattr(exc, "strerror", None) or str(exc)) from None
+        raise OSError(errno.EIO, getattr(exc, "strerror", None) or str(exc)) from None
 
 
 def create(path: str) -> IO[bytes]:
@@ -107,9 +111,10 @@ def listing(pattern: str) -> List[str]:
         return []
 
 
-def delete(paths: Sequence[str], batch: int = 1000) -> None:
-    """Delete the files that exist among ``paths``."""
-    existing = [p for p in paths if exists(p)]
+def delete(paths: Sequence[str], batch: int = 1000, only_existing: bool = True) -> None:
+    """Delete the files that exist among ``paths``; with ``only_existing=False`` every path must
+    exist (paths from :func:`listing`: no round trip per file to ask)."""
+    existing = [p for p in paths if exists(p)] if only_existing else list(paths)
     for start in range(0, len(existing), batch):
         part = existing[start : start + batch]
         if is_remote(part[0]):

@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import OutputError, ResumeError
-from .format.manifest import MANIFEST_NAME
+from .format.manifest import MANIFEST_NAME, load_manifest
 from .format.records import frame_records, serialize_examples
 from .storage import write_json_atomically
 
@@ -252,11 +252,9 @@ def load_resume_state(output_dir: str, run_settings: Mapping) -> Optional[Dict]:
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
     run_file = os.path.join(work_dir, RUN_FILE)
     if not os.path.exists(run_file):
-        manifest_path = os.path.join(output_dir, MANIFEST_NAME)
-        if os.path.exists(manifest_path):
-            with open(manifest_path, encoding="utf-8") as handle:
-                manifest = json.load(handle)
-            _check_same_settings(run_settings, {k: manifest.get(k) for k in run_settings}, manifest_path)
+        manifest = load_manifest(output_dir)
+        if manifest is not None:
+            _check_same_settings(run_settings, {k: manifest.data.get(k) for k in run_settings}, manifest.path)
             return None
         raise ResumeError(f"--resume: no interrupted run in {output_dir} (nothing to continue); run without --resume")
     with open(run_file, encoding="utf-8") as handle:

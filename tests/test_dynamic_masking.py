@@ -13,9 +13,10 @@ from conftest import base_args, write_corpus, write_vocab  # noqa: E402
 from objective_corpus import read_examples  # noqa: E402
 
 from bert_data.tools import create as cli  # noqa: E402
-from bert_data.reader.dynamic_masking import make_dynamic_masker  # noqa: E402
-from bert_data.errors import ConfigError  # noqa: E402
+from bert_data.reader.dynamic_masking import DynamicMaskingOptions, make_dynamic_masker  # noqa: E402
+from bert_data.errors import ConfigError, VocabError  # noqa: E402
 from bert_data.reader.dataset import pretraining_dataset  # noqa: E402
+from bert_data.tokenization import load_vocab  # noqa: E402
 
 SEQ, PRED = 32, 5
 CLS, SEP, MASK, PAD = 101, 102, 103, 0
@@ -149,6 +150,11 @@ def test_reader_round_trip(unmasked):
             positions = a["masked_lm_positions"][row][used]
             assert used.any() and not (set(r["input_ids"][row][positions].tolist()) & special)
             assert (a["masked_lm_ids"][row][used] == r["input_ids"][row][positions]).all()
+    # the same masks when the settings come as an options object
+    with_options = read(masking=DynamicMaskingOptions(vocab_file=str(vocab)), seed=11, nsp_compatible=True)
+    for a, b in zip(first, with_options):
+        for key in a:
+            assert (a[key] == b[key]).all()
     # a training pipeline re-masks every epoch
     train = pretraining_dataset(str(out), 4, SEQ, PRED, dynamic_masking=True, vocab_file=str(vocab), seed=3,
                                 shuffle_buffer=1, cycle_length=1)
@@ -167,6 +173,25 @@ def test_reader_errors(unmasked, tmp_path):
         pretraining_dataset(str(static), 4, SEQ, PRED, dynamic_masking=True, vocab_file=str(vocab2))
     batch = next(iter(pretraining_dataset(str(static), 2, SEQ, PRED, is_training=False)))
     assert set(batch) == {"input_ids", "input_mask", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"}
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (["[PAD]", "[CLS]", "[SEP]", "[MASK]", "the"], "lacks the special token"),  # no [UNK]
+        (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "the"], "duplicate token"),
+        (["[PAD]", "[UNK]", "[CLS]", "", "[SEP]", "[MASK]"], "blank line"),
+    ],
+)
+def test_reader_rejects_a_vocab_the_writer_rejects(unmasked, tmp_path, lines, message):
+    out, _ = unmasked
+    bad = tmp_path / "bad_vocab.txt"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(VocabError, match=message) as writer_side:
+        load_vocab(str(bad))
+    with pytest.raises(VocabError, match=message) as reader_side:
+        pretraining_dataset(str(out), 4, SEQ, PRED, dynamic_masking=True, vocab_file=str(bad))
+    assert str(reader_side.value) == str(writer_side.value)
 
 
 def test_whole_words_follow_the_writers_greedy_rule():

@@ -1,4 +1,4 @@
-"""bert_data.input: the tf.data reader of the records create_tfrecords writes."""
+"""bert_data.reader.dataset: the tf.data reader of the records create_tfrecords writes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ from conftest import base_args, write_corpus, write_vocab  # noqa: E402
 
 from bert_data.tools.create import main as create_tfrecords  # noqa: E402
 from bert_data.errors import ConfigError, RecordFormatError  # noqa: E402
-from bert_data.reader.dataset import decode_record, pretraining_dataset, resolve_files  # noqa: E402
+from bert_data.reader.dataset import (  # noqa: E402
+    ReaderOptions,
+    decode_record,
+    detect_compression,
+    pretraining_dataset,
+    resolve_files,
+)
+from bert_data.format.records import frame_records  # noqa: E402
 from bert_data.format.schema import FEATURE_NAMES, tf_feature_spec  # noqa: E402
 
 SEQ, PRED = 32, 5
@@ -217,3 +224,43 @@ def test_training_pipeline_repeats_shuffles_and_is_seedable(plain):
     assert [key(e) for e in first[:n]] != [key(e) for e in all_examples]  # shuffled
     again = rows(pretraining_dataset(plain, batch_size, SEQ, PRED, is_training=True, seed=123).take(steps))
     assert [key(e) for e in again] == [key(e) for e in first]
+
+
+def test_plain_file_whose_first_length_starts_with_gzip_magic_is_read_as_plain(plain, tmp_path):
+    """A first record of 0x8b1f bytes makes a plain file start with 1f 8b, the gzip magic; the
+    reader must tell it apart (by its valid length CRC), as iter_records and inspect_tfrecords do."""
+    source = raw_examples(shard_files(plain))[0]
+    source_record = next(iter(tf.data.TFRecordDataset(shard_files(plain)[0]))).numpy()
+    pad_len = 0x8B1F - len(source_record) - 100  # below the target: protobuf framing adds a few bytes
+    while True:  # an extra bytes feature (ignored by the parser) brings the record to 0x8b1f bytes
+        example = tf.train.Example.FromString(source_record)
+        example.features.feature["zz_padding"].bytes_list.value.append(b"x" * pad_len)
+        record = example.SerializeToString()
+        if len(record) >= 0x8B1F:
+            break
+        pad_len += 1
+    assert len(record) == 0x8B1F
+    data = frame_records([record, source_record])
+    assert data[:2] == b"\x1f\x8b"
+    path = tmp_path / "magic.tfrecords"
+    path.write_bytes(data)
+    assert detect_compression(str(path)) == ""
+    got = rows(pretraining_dataset(str(path), 1, SEQ, PRED, is_training=False))
+    assert_same_examples(got, [source, source])
+
+
+def test_options_objects_and_keywords_agree(plain):
+    by_keywords = rows(pretraining_dataset(plain, 1, SEQ, PRED, is_training=False, num_shards=2, shard_index=1))
+    options = ReaderOptions(num_shards=2, shard_index=1)
+    assert_same_examples(rows(pretraining_dataset(plain, 1, SEQ, PRED, is_training=False, options=options)), by_keywords)
+    # a keyword overrides the object's field
+    other = ReaderOptions(num_shards=2, shard_index=0)
+    assert_same_examples(
+        rows(pretraining_dataset(plain, 1, SEQ, PRED, is_training=False, options=other, shard_index=1)), by_keywords
+    )
+    with pytest.raises(ConfigError, match="'num_shard'"):
+        pretraining_dataset(plain, 1, SEQ, PRED, num_shard=2)
+    with pytest.raises(ConfigError, match="shuffle_buffer"):
+        ReaderOptions(shuffle_buffer=0)
+    with pytest.raises(ConfigError, match="record_schema"):
+        pretraining_dataset(plain, 1, SEQ, PRED, record_schema="bert")

@@ -1,4 +1,5 @@
-"""Tests of ``inspect_tfrecords`` (bert_data.inspect) on hand-made records with known content."""
+"""Tests of ``inspect_tfrecords`` (bert_data.tools.inspect, bert_data.inspection, bert_data.format.checks)
+on hand-made records with known content."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import pytest
 
 from bert_data.tools import inspect as insp
 from bert_data.tools.create import main as create_main
+from bert_data.format.checks import check_records, layout_from_names
+from bert_data.format.manifest import ManifestError, ObservedShards, load_manifest, verify_manifest
 from bert_data.format.records import frame_records, serialize_examples
+from bert_data.inspection.inputs import VocabInfo, resolve_inputs
+from bert_data.inspection.stats import MAX_REASONS
 from bert_data.format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
 
 from conftest import base_args, write_corpus, write_vocab
@@ -251,15 +256,15 @@ def test_schema_violations_are_detected(tmp_path, vocab, capsys):
     assert counts["masked_lm_weights is a int64_list, expected a float_list (float32)"] == 1
     assert counts["input_ids has 11 values, expected 12"] == 1
     assert counts["unexpected feature(s) 'extra'"] == 1
-    assert len(report["bad_reasons"]) == insp.MAX_REASONS
+    assert len(report["bad_reasons"]) == MAX_REASONS
     assert report["bad_reasons"][0].startswith(f"{f} record 1: input_mask is not a run")
     assert f"BAD RECORDS: {len(BAD_RECORDS) + 4}" in out and out.rstrip().endswith("FAILED")
 
 
 def test_check_records_accepts_writer_style_records():
     batch = {k: np.stack([REC1[k], REC2[k]]) for k in REC1}
-    vocab = insp.VocabInfo("v", TOKENS, 0, 1, 2, 3, 4)
-    assert not any(rows.any() for rows, _ in insp.check_records(batch, vocab))
+    vocab = VocabInfo("v", TOKENS, 0, 1, 2, 3, 4)
+    assert not any(rows.any() for rows, _ in check_records(batch, vocab))
 
 
 def test_corrupt_frame_is_a_bad_file(tmp_path, vocab, capsys):
@@ -322,6 +327,47 @@ def test_manifest_missing_shard_and_partial_inspection(tmp_path, vocab, capsys):
     assert any("n_examples not checked" in w for w in report["warnings"])
 
 
+def test_verify_manifest_against_observed_counts(tmp_path):
+    write_manifest(tmp_path, {"examples-1.tfrecords": 2, "examples-2.tfrecords": 1}, compression="gzip")
+    manifest = load_manifest(str(tmp_path))
+    assert manifest is not None and manifest.int_field("n_examples") == 3
+    ok = verify_manifest(
+        manifest,
+        ObservedShards({"examples-1.tfrecords": 2, "examples-2.tfrecords": 1}, layout="nsp", seq_length=SEQ,
+                       pred_length=PRED, whole_directory=True),
+    )
+    assert ok.problems == [] and ok.warnings == [] and ok.report["n_examples_checked"] is True
+    bad = verify_manifest(
+        manifest,
+        ObservedShards({"examples-1.tfrecords": 1}, {"examples-1.tfrecords": "none"}, layout="nsp", seq_length=SEQ + 1,
+                       whole_directory=True),
+    )
+    assert bad.report["n_examples_checked"] is False
+    path = str(tmp_path / "data_params.json")
+    assert bad.problems == [
+        f"{path}: max_seq_length is {SEQ} but the records' input_ids have {SEQ + 1} values",
+        f"{path}: instances_per_shard says examples-1.tfrecords holds 2 records, it holds 1",
+        f"{path}: lists examples-2.tfrecords, which is missing from {tmp_path}",
+        f"{path}: compression is 'gzip' but examples-1.tfrecords is 'none'",
+    ]
+
+
+def test_load_manifest_with_another_reader(tmp_path):
+    texts = {str(tmp_path / "data_params.json"): '{"n_examples": 4}'}
+
+    def read_text(path: str) -> str:
+        if path not in texts:
+            raise FileNotFoundError(path)
+        return texts[path]
+
+    assert load_manifest(str(tmp_path), read_text).data == {"n_examples": 4}
+    assert load_manifest(str(tmp_path / "elsewhere"), read_text) is None
+    assert load_manifest(str(tmp_path)) is None  # the default reads the local file system: nothing there
+    texts[str(tmp_path / "data_params.json")] = "[4]"
+    with pytest.raises(ManifestError, match="not a JSON object"):
+        load_manifest(str(tmp_path), read_text)
+
+
 def test_manifest_length_mismatch(tmp_path, vocab, capsys):
     out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1]})
     write_manifest(out, {"examples-1.tfrecords": 1}, vocab=vocab, max_seq_length=16, compression="gzip")
@@ -358,10 +404,10 @@ def test_real_create_tfrecords_output(tmp_path, tiny_corpus, tiny_vocab, capsys)
 def test_resolve_inputs_globs_and_natural_order(tmp_path):
     for i in (1, 2, 10):
         write_records(tmp_path / f"examples-{i}.tfrecords", [REC1])
-    files, dirs = insp.resolve_inputs([str(tmp_path)])
+    files, dirs = resolve_inputs([str(tmp_path)])
     assert [Path(f.path).name for f in files] == ["examples-1.tfrecords", "examples-2.tfrecords", "examples-10.tfrecords"]
     assert dirs == [str(tmp_path.resolve())]
-    files, dirs = insp.resolve_inputs([str(tmp_path / "examples-1*.tfrecords"), str(tmp_path / "examples-1.tfrecords")])
+    files, dirs = resolve_inputs([str(tmp_path / "examples-1*.tfrecords"), str(tmp_path / "examples-1.tfrecords")])
     assert [Path(f.path).name for f in files] == ["examples-1.tfrecords", "examples-10.tfrecords"]
     assert dirs == []
 
@@ -629,8 +675,8 @@ def test_unmasked_records_and_manifest_mismatches(tmp_path, vocab, capsys):
 
 
 def test_layout_from_names():
-    assert insp.layout_from_names([n for n, _ in ORDER]) == "nsp"
-    assert insp.layout_from_names([n for n, _ in MLM_ORDER]) == "mlm_only"
-    assert insp.layout_from_names(["input_mask", "input_ids"]) == "unmasked"
+    assert layout_from_names([n for n, _ in ORDER]) == "nsp"
+    assert layout_from_names([n for n, _ in MLM_ORDER]) == "mlm_only"
+    assert layout_from_names(["input_mask", "input_ids"]) == "unmasked"
     # no exact match: the closest layout, so the complaints are the useful ones
-    assert insp.layout_from_names(["input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions"]) == "mlm_only"
+    assert layout_from_names(["input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions"]) == "mlm_only"

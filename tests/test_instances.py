@@ -111,9 +111,9 @@ def _find(haystack: np.ndarray, needle: np.ndarray) -> List[int]:
     return np.flatnonzero((windows == needle).all(axis=1)).tolist()
 
 
-def check_instances(docs, group, params, features, plan, is_continuation=None) -> List[Dict]:
+def check_instances(docs, group, params, features, is_continuation=None) -> List[Dict]:
     """Assert every per-instance invariant; returns per-row details for further checks."""
-    plan = features["_plan"]  # the pass's plan in output order (the plan passed in is the unshuffled one)
+    plan = features["_plan"]  # the pass's plan, in output order
     n = len(plan)
     assert n > 0
     L, P = params.max_seq_length, params.max_predictions_per_seq
@@ -240,7 +240,7 @@ def test_instance_invariants(doc_lengths, params, data_seed, pair_seed, mask_see
         assert "input_ids" not in features
         assert len(docs) == 1
         return
-    check_instances(docs, group, params, features, plan)
+    check_instances(docs, group, params, features)
     assert features["_unpaired"] == plan.negatives_unavailable
     # rows go round-robin over the shards from the pass's first shard (0 here)
     assert features["_shards"].tolist() == [r % num_shards for r in range(len(plan))]
@@ -283,7 +283,7 @@ def test_whole_word_masking_invariants(doc_lengths, params, data_seed, pair_seed
     features = run_instances(group, params, pair_seed, mask_seed, WWM_CONTINUATION)
     if len(plan) == 0:
         return
-    for row in check_instances(docs, group, params, features, plan, WWM_CONTINUATION):
+    for row in check_instances(docs, group, params, features, WWM_CONTINUATION):
         expected, input_ids = row["expected"], row["input_ids"]
         chosen = set(row["positions"].tolist())
         words = _words(expected, row["candidates"], WWM_CONTINUATION)
@@ -327,9 +327,8 @@ def test_whole_word_never_joins_across_sep():
     docs = [[np.array([10, 61, 62], dtype=np.int32), np.array([63, 64], dtype=np.int32)]]
     group = build_group(docs)
     for seed in range(20):
-        plan = plan_pairs(group, params.instance, random.Random(seed))
         features = run_instances(group, params, seed, seed, is_cont)
-        rows = check_instances(docs, group, params, features, plan, is_cont)
+        rows = check_instances(docs, group, params, features, is_cont)
         assert rows[0]["positions"].tolist() == [5, 6]
 
 
@@ -390,9 +389,8 @@ def test_whole_word_decision_split_is_80_10_10():
     params = make_params(max_seq_length=64, max_predictions_per_seq=20, mask_whole_word=True, vocab_size=WWM_VOCAB)
     kinds = {"mask": 0, "keep": 0, "random": 0}
     for seed in range(12):
-        plan = plan_pairs(group, params.instance, random.Random(seed))
         features = run_instances(group, params, seed, seed + 7, cont)
-        for row in check_instances(docs, group, params, features, plan, cont):
+        for row in check_instances(docs, group, params, features, cont):
             chosen = set(row["positions"].tolist())
             for word in _words(row["expected"], row["candidates"], cont):
                 if word[0] in chosen:
@@ -477,7 +475,7 @@ def test_one_document_group_never_random_next():
         features = run_instances(group, params, seed, seed)
         if len(plan):
             assert not features["next_sentence_labels"].any()
-            check_instances(docs, group, params, features, plan)
+            check_instances(docs, group, params, features)
 
 
 def test_one_sentence_chunk_in_one_document_group_counts_negatives_unavailable():
@@ -492,7 +490,7 @@ def test_one_sentence_chunk_in_one_document_group_counts_negatives_unavailable()
     features = run_instances(group, params, 0, 0)
     assert features["_unpaired"] == 1
     assert features["next_sentence_labels"].tolist() == [[0]]
-    check_instances(docs, group, params, features, plan)
+    check_instances(docs, group, params, features)
 
 
 def test_one_sentence_document_alone_yields_nothing_but_is_counted_in_plan():
@@ -505,9 +503,8 @@ def test_very_long_sentence_is_processed():
     docs = make_docs([[100_000], [100_000, 5], [3]], 1)
     group = build_group(docs)
     params = make_params(max_seq_length=128, max_predictions_per_seq=20)
-    plan = plan_pairs(group, params.instance, random.Random(4))
     features = run_instances(group, params, 4, 4)
-    check_instances(docs, group, params, features, plan)
+    check_instances(docs, group, params, features)
     assert (features["input_mask"].sum(axis=1) <= 128).all()
 
 

@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from bert_data.format import records
 from bert_data.errors import RecordFormatError
-from bert_data.format.records import frame_records, iter_records, parse_example, serialize_examples
+from bert_data.format.records import (
+    frame_records,
+    iter_records,
+    natural_key,
+    parse_example,
+    serialize_examples,
+    tfrecord_compression,
+)
 from bert_data.format.schema import NSP_FEATURES, feature_lengths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -324,6 +331,27 @@ def test_iter_records_plain_file_starting_with_gzip_magic():
     data = frame_records([payload, b"tail"])
     assert data[:2] == b"\x1f\x8b"
     assert list(iter_records(io.BytesIO(data))) == [payload, b"tail"]
+
+
+def test_tfrecord_compression_rule():
+    plain = frame_records(PAYLOADS)
+    assert tfrecord_compression(plain[:12]) == "none"
+    assert tfrecord_compression(gzip.compress(plain)[:12]) == "gzip"
+    assert tfrecord_compression(gzip.compress(b"")[:12]) == "gzip"
+    assert tfrecord_compression(b"") == "none" and tfrecord_compression(b"\x1f") == "none"
+    assert tfrecord_compression(b"\x1f\x8b") == "gzip"  # too short to be a frame header
+    # a plain file whose first record length starts with 1f 8b: its length CRC is valid
+    magic_plain = frame_records([b"z" * 0x8B1F])
+    assert magic_plain[:2] == b"\x1f\x8b" and tfrecord_compression(magic_plain[:12]) == "none"
+    assert tfrecord_compression(magic_plain) == "none"  # only the first 12 bytes count
+    broken = bytearray(magic_plain[:12])
+    broken[9] ^= 1  # bad length CRC: not a frame header, so gzip
+    assert tfrecord_compression(bytes(broken)) == "gzip"
+
+
+def test_natural_key_orders_shards():
+    names = ["examples-10.tfrecords", "examples-2.tfrecords", "examples-1.tfrecords"]
+    assert sorted(names, key=natural_key) == ["examples-1.tfrecords", "examples-2.tfrecords", "examples-10.tfrecords"]
 
 
 def test_iter_records_truncated_raises_with_offset(tmp_path):

@@ -48,6 +48,12 @@ class VocabIdentity:
     sha256: str
     size: int
 
+    @classmethod
+    def of(cls, vocab_file: str, data: bytes, size: int) -> "VocabIdentity":
+        """From the vocabulary's bytes (a URL stays as given, a local path becomes absolute)."""
+        named = vocab_file if "://" in vocab_file else os.path.abspath(vocab_file)
+        return cls(named, hashlib.sha256(data).hexdigest(), size)
+
 
 class AccountingError(RuntimeError):
     """read != used + skipped: a bug, never a user error (it must not be published)."""
@@ -232,7 +238,7 @@ class Separator:
         if tokens is None or self.token is None:
             return None
         try:
-            return list(tokens).index(self.token)
+            return tokens.index(self.token)
         except ValueError:
             return None
 

@@ -52,12 +52,10 @@ SOP_FEATURES: Tuple[FeatureSpec, ...] = tuple(
     for f in NSP_FEATURES
 )
 
-MLM_ONLY_FEATURES: Tuple[FeatureSpec, ...] = (
-    FeatureSpec("input_ids", "int64", SEQ, "WordPiece ids, [CLS] window [SEP], 0-padded"),
-    FeatureSpec("input_mask", "int64", SEQ, "1 on real tokens, 0 on padding"),
-    FeatureSpec("masked_lm_ids", "int64", PRED, "original ids of the masked positions, 0-padded"),
-    FeatureSpec("masked_lm_positions", "int64", PRED, "masked positions in ascending order, 0-padded"),
-    FeatureSpec("masked_lm_weights", "float32", PRED, "1.0 for real predictions, 0.0 for padding"),
+MLM_ONLY_FEATURES: Tuple[FeatureSpec, ...] = tuple(
+    FeatureSpec(f.name, f.dtype, f.length, "WordPiece ids, [CLS] window [SEP], 0-padded") if f.name == "input_ids" else f
+    for f in NSP_FEATURES
+    if f.name not in ("next_sentence_labels", "segment_ids")
 )
 
 UNMASKED_FEATURES: Tuple[FeatureSpec, ...] = (

@@ -33,10 +33,12 @@ __all__ = [
     "InputFile",
     "resolve_inputs",
     "detect_compression",
+    "file_directory",
     "VocabInfo",
     "load_vocab_info",
     "manifest_vocab_path",
     "vocab_differs",
+    "names_source",
     "Group",
 ]
 

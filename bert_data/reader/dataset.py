@@ -9,33 +9,41 @@
 * evaluation: the records of every file, file after file, each file in order, read once
   (the original repeats the evaluation data forever, for a fixed number of TPU eval steps;
   here a Keras-style finite pass is returned, call ``.repeat()`` for the original behaviour);
-* then parse with the schema of :mod:`bert_data.schema` (the one the writer uses), cast
+* then parse with the schema of :mod:`bert_data.format.schema` (the one the writer uses), cast
   every int64 feature to int32, ``batch(batch_size, drop_remainder=True)``, prefetch.
 
 Additions: ``file_pattern`` may be a glob, a comma-separated list of globs (as the original
 ``--input_file``), a list of globs or an output directory (its ``*.tfrecords``); GZIP files
-are detected per file by their magic bytes; per-worker sharding of the *files* (before the
+are detected per file (:func:`bert_data.format.records.tfrecord_compression`); per-worker sharding of the *files* (before the
 interleave) from a ``tf.distribute.InputContext`` or explicit ``num_shards``/``shard_index``;
 and a ``data_params.json`` found beside the files is checked against the requested
 ``max_seq_length``/``max_predictions_per_seq``, so a mismatch fails at once with a clear
 message instead of a parse error deep inside a training step.
+
+Settings other than the sizes are grouped in two frozen option objects, :class:`ReaderOptions`
+(pipeline, sharding, checks) and :class:`~bert_data.reader.dynamic_masking.DynamicMaskingOptions`;
+their fields are also accepted as keywords of :func:`pretraining_dataset`, as before they
+were grouped.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
-import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError, RecordFormatError
-from ..format.schema import SCHEMAS, schema_from_names, tf_feature_spec
+from ..format.manifest import Manifest, load_manifest, manifest_layout, manifest_separator
+from ..format.records import natural_key, tfrecord_compression
+from ..format.schema import SCHEMAS, tf_feature_spec
+from .dynamic_masking import DynamicMaskingOptions, Masker, masker_from_options
 
-MANIFEST_NAME = "data_params.json"  # same as bert_data.writer.MANIFEST_NAME (not imported: keep this light)
-GZIP_MAGIC = b"\x1f\x8b"
 COMPRESSION_CHOICES = ("auto", "gzip", "none")
 
 __all__ = [
+    "ReaderOptions",
+    "DynamicMaskingOptions",
     "pretraining_dataset",
     "decode_record",
     "resolve_files",
@@ -46,9 +54,77 @@ __all__ = [
 FilePattern = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
 
-def _natural_key(path: str) -> List[Any]:
-    """examples-2 before examples-10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How :func:`pretraining_dataset` reads: parallelism, compression, sharding, shuffling,
+    checks and the output dict (everything but the sizes and dynamic masking).
+
+    Validated on construction (:class:`ConfigError`)."""
+
+    num_cpu_threads: int = 4  # parallel reads (training interleave) and parallel decodes
+    compression: str = "auto"  # "auto" (per file), "gzip" or "none"
+    input_pipeline_context: Any = None  # a tf.distribute.InputContext: shard the files per worker
+    num_shards: Optional[int] = None  # or shard explicitly (both or neither)
+    shard_index: Optional[int] = None
+    shuffle_buffer: int = 100  # the record shuffle of a training pipeline
+    cycle_length: Optional[int] = None  # files read at once in training (default min(num_cpu_threads, files))
+    seed: Optional[int] = None  # reproducible training order and dynamic masks
+    check_manifest: bool = True  # compare data_params.json with the sizes asked for
+    record_schema: Optional[str] = None  # a key of SCHEMAS; default: the manifest's, else "nsp"
+    nsp_compatible: bool = False  # add zero segment_ids/next_sentence_labels to MLM-only examples
+
+    def __post_init__(self) -> None:
+        _positive_int("num_cpu_threads", self.num_cpu_threads)
+        _positive_int("shuffle_buffer", self.shuffle_buffer)
+        if self.cycle_length is not None:
+            _positive_int("cycle_length", self.cycle_length)
+        if self.compression not in COMPRESSION_CHOICES:
+            raise ConfigError(
+                f"compression must be one of {', '.join(COMPRESSION_CHOICES)}, got {self.compression!r}"
+            )
+        if self.record_schema is not None and self.record_schema not in SCHEMAS:
+            raise ConfigError(f"record_schema must be one of {', '.join(SCHEMAS)}, got {self.record_schema!r}")
+
+
+_READER_FIELDS = tuple(f.name for f in dataclasses.fields(ReaderOptions))
+_MASKING_FIELDS = tuple(f.name for f in dataclasses.fields(DynamicMaskingOptions))
+_MASKING_SWITCH = "dynamic_masking"  # the keyword that turns dynamic masking on (default options)
+
+
+def _resolve_options(
+    options: Optional[ReaderOptions], masking: Optional[DynamicMaskingOptions], overrides: Mapping[str, Any]
+) -> Tuple[ReaderOptions, Optional[DynamicMaskingOptions]]:
+    """The options objects with the keyword ``overrides`` applied. Dynamic masking is on when
+    ``masking`` is given or ``dynamic_masking=True``; masking fields given as keywords while it
+    is off are ignored (as they always were)."""
+    unknown = sorted(set(overrides) - set(_READER_FIELDS) - set(_MASKING_FIELDS) - {_MASKING_SWITCH})
+    if unknown:
+        known = ", ".join((*_READER_FIELDS, _MASKING_SWITCH, *_MASKING_FIELDS))
+        raise ConfigError(
+            f"pretraining_dataset() got an unexpected keyword argument {unknown[0]!r} (known: {known})"
+        )
+    if options is not None and not isinstance(options, ReaderOptions):
+        raise ConfigError(f"options must be a ReaderOptions, got {type(options).__name__}")
+    if masking is not None and not isinstance(masking, DynamicMaskingOptions):
+        raise ConfigError(f"masking must be a DynamicMaskingOptions, got {type(masking).__name__}")
+    options = dataclasses.replace(
+        options or ReaderOptions(), **{k: v for k, v in overrides.items() if k in _READER_FIELDS}
+    )
+    switch = overrides.get(_MASKING_SWITCH)
+    if switch is not None and not isinstance(switch, bool):
+        raise ConfigError(f"dynamic_masking must be True or False, got {switch!r}")
+    if switch is False and masking is not None:
+        raise ConfigError("dynamic_masking=False contradicts masking=DynamicMaskingOptions(...); give one of them")
+    if masking is None and switch:
+        masking = DynamicMaskingOptions()
+    if masking is not None:
+        masking = dataclasses.replace(masking, **{k: v for k, v in overrides.items() if k in _MASKING_FIELDS})
+    return options, masking
 
 
 def resolve_files(file_pattern: FilePattern) -> List[str]:
@@ -74,7 +150,7 @@ def resolve_files(file_pattern: FilePattern) -> List[str]:
         matches = [m for m in tf.io.gfile.glob(glob) if not tf.io.gfile.isdir(m)]
         if not matches:
             raise RecordFormatError(f"no TFRecord files match {glob!r}")
-        for match in sorted(matches, key=_natural_key):
+        for match in sorted(matches, key=natural_key):
             if match not in seen:
                 seen.add(match)
                 files.append(match)
@@ -82,23 +158,66 @@ def resolve_files(file_pattern: FilePattern) -> List[str]:
 
 
 def detect_compression(path: str) -> str:
-    """``"GZIP"`` when the file starts with the gzip magic bytes 1f 8b, else ``""`` (TF's names)."""
+    """``"GZIP"`` or ``""`` (TensorFlow's names), from the first 12 bytes of the file, with the
+    rule every reader of this package uses (:func:`bert_data.format.records.tfrecord_compression`:
+    a plain file whose first record length starts with the gzip magic bytes is plain)."""
     import tensorflow as tf
 
     try:
         with tf.io.gfile.GFile(path, "rb") as handle:
-            head = handle.read(2)
+            head = handle.read(12)
     except (OSError, tf.errors.OpError) as exc:
         raise RecordFormatError(f"cannot read TFRecord file {path} ({exc})") from None
-    return "GZIP" if head == GZIP_MAGIC else ""
+    return "GZIP" if tfrecord_compression(head) == "gzip" else ""
 
 
 def _compressions(files: Sequence[str], compression: str) -> List[str]:
-    if compression not in COMPRESSION_CHOICES:
-        raise ConfigError(f"compression must be one of {', '.join(COMPRESSION_CHOICES)}, got {compression!r}")
     if compression == "auto":
         return [detect_compression(f) for f in files]
     return ["GZIP" if compression == "gzip" else ""] * len(files)
+
+
+# --- data_params.json -----------------------------------------------------------------------
+
+
+def _gfile_read_text(path: str) -> str:
+    """:func:`~bert_data.format.manifest.load_manifest`'s reader for every filesystem
+    ``tf.io.gfile`` knows (local, ``gs://``, ...)."""
+    import tensorflow as tf
+
+    try:
+        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+            raise FileNotFoundError(path)
+        with tf.io.gfile.GFile(path, "r") as handle:
+            return handle.read()
+    except tf.errors.OpError as exc:
+        raise OSError(str(exc)) from None
+
+
+def _load_manifests(files: Sequence[str]) -> List[Manifest]:
+    """The ``data_params.json`` beside the files, one per directory, in order. Raises
+    :class:`~bert_data.format.manifest.ManifestError` for one that cannot be used."""
+    found = []
+    for directory in dict.fromkeys(os.path.dirname(f) for f in files):
+        manifest = load_manifest(directory, read_text=_gfile_read_text)
+        if manifest is not None:
+            found.append(manifest)
+    return found
+
+
+def _check_manifest_sizes(
+    manifests: Sequence[Manifest], max_seq_length: int, max_predictions_per_seq: int, check_predictions: bool
+) -> None:
+    for manifest in manifests:
+        for name, wanted in (("max_seq_length", max_seq_length), ("max_predictions_per_seq", max_predictions_per_seq)):
+            if name == "max_predictions_per_seq" and not check_predictions:
+                continue
+            written = manifest.data.get(name, wanted)
+            if written != wanted:
+                raise RecordFormatError(
+                    f"{manifest.path} says the records were written with {name}={written}, but the reader "
+                    f"was asked for {name}={wanted}; pass {name}={written} (or point at other records)"
+                )
 
 
 def check_manifests(
@@ -106,15 +225,34 @@ def check_manifests(
 ) -> None:
     """Compare the ``data_params.json`` beside each file's directory with the requested sizes
     (``max_predictions_per_seq`` only with ``check_predictions``: unmasked records have none)."""
-    for manifest_path, manifest in _manifests(files, strict=True):
-        for name, wanted in (("max_seq_length", max_seq_length), ("max_predictions_per_seq", max_predictions_per_seq)):
-            if name == "max_predictions_per_seq" and not check_predictions:
-                continue
-            if name in manifest and manifest[name] != wanted:
+    _check_manifest_sizes(_load_manifests(files), max_seq_length, max_predictions_per_seq, check_predictions)
+
+
+def _manifest_record_schema(manifest: Manifest) -> str:
+    """The layout a manifest names (:func:`~bert_data.format.manifest.manifest_layout`); ``nsp``
+    when it says nothing usable, as manifests of older runs wrote only NSP records."""
+    return manifest_layout(manifest)[0] or "nsp"
+
+
+def _resolve_record_schema(record_schema: Optional[str], manifests: Sequence[Manifest]) -> str:
+    if record_schema is not None:
+        for manifest in manifests:
+            found = _manifest_record_schema(manifest)
+            if {found, record_schema} != {"nsp", "sop"} and found != record_schema:
                 raise RecordFormatError(
-                    f"{manifest_path} says the records were written with {name}={manifest[name]}, but the reader "
-                    f"was asked for {name}={wanted}; pass {name}={manifest[name]} (or point at other records)"
+                    f"{manifest.path} says the records have the {found!r} layout, but record_schema={record_schema!r} "
+                    "was asked for"
                 )
+        return record_schema
+    found = {_manifest_record_schema(m) for m in manifests}
+    if len(found) > 1:
+        raise RecordFormatError(
+            f"the files mix record layouts {sorted(found)} (see their data_params.json); read them separately"
+        )
+    return found.pop() if found else "nsp"
+
+
+# --- the pipeline ---------------------------------------------------------------------------
 
 
 def decode_record(
@@ -122,7 +260,7 @@ def decode_record(
 ) -> Dict[str, Any]:
     """One serialized ``tf.train.Example`` -> feature dict, every int64 cast to int32 (as run_pretraining.py).
 
-    ``record_schema`` names the features to parse (a key of :data:`bert_data.schema.SCHEMAS`)."""
+    ``record_schema`` names the features to parse (a key of :data:`bert_data.format.schema.SCHEMAS`)."""
     import tensorflow as tf
 
     spec = tf_feature_spec(max_seq_length, max_predictions_per_seq, SCHEMAS[record_schema])
@@ -135,14 +273,14 @@ def decode_record(
     return example
 
 
-def _shard_args(
-    input_pipeline_context: Any, num_shards: Optional[int], shard_index: Optional[int]
-) -> Tuple[int, int]:
-    if input_pipeline_context is not None:
+def _shard_args(options: ReaderOptions) -> Tuple[int, int]:
+    num_shards, shard_index = options.num_shards, options.shard_index
+    context = options.input_pipeline_context
+    if context is not None:
         if num_shards is not None or shard_index is not None:
             raise ConfigError("give either input_pipeline_context or num_shards/shard_index, not both")
-        num_shards = input_pipeline_context.num_input_pipelines
-        shard_index = input_pipeline_context.input_pipeline_id
+        num_shards = context.num_input_pipelines
+        shard_index = context.input_pipeline_id
     if num_shards is None and shard_index is None:
         return 1, 0
     if num_shards is None or shard_index is None:
@@ -158,43 +296,36 @@ def pretraining_dataset(
     max_seq_length: int,
     max_predictions_per_seq: int,
     is_training: bool = True,
-    num_cpu_threads: int = 4,
-    compression: str = "auto",
-    input_pipeline_context: Any = None,
-    num_shards: Optional[int] = None,
-    shard_index: Optional[int] = None,
-    shuffle_buffer: int = 100,
-    cycle_length: Optional[int] = None,
-    seed: Optional[int] = None,
-    check_manifest: bool = True,
-    record_schema: Optional[str] = None,
-    dynamic_masking: bool = False,
-    masked_lm_prob: float = 0.15,
-    mask_whole_word: bool = False,
-    vocab_size: Optional[int] = None,
-    vocab_file: Optional[str] = None,
-    mask_id: Optional[int] = None,
-    special_ids: Optional[Sequence[int]] = None,
-    nsp_compatible: bool = False,
+    *,
+    options: Optional[ReaderOptions] = None,
+    masking: Optional[DynamicMaskingOptions] = None,
+    **overrides: Any,
 ):
     """A ``tf.data.Dataset`` of ``{feature name: int32/float32 tensor [batch_size, length]}``.
 
-    Record layouts (``record_schema``, default: the ``record_schema`` of the ``data_params.json``
-    beside the files, else ``"nsp"``): ``"nsp"``/``"sop"`` (the 7 BERT features), ``"mlm_only"``
+    ``options`` (:class:`ReaderOptions`) says how to read, ``masking``
+    (:class:`~bert_data.reader.dynamic_masking.DynamicMaskingOptions`) turns dynamic masking on.
+    Every field of either is also accepted as a keyword (``num_shards=2``, ``seed=0``,
+    ``vocab_file=...``), overriding the object's; ``dynamic_masking=True`` turns masking on with
+    default options. An unknown keyword is a :class:`ConfigError` naming it.
+
+    Record layouts (``record_schema``, default: the layout the ``data_params.json`` beside the
+    files names, else ``"nsp"``): ``"nsp"``/``"sop"`` (the 7 BERT features), ``"mlm_only"``
     (``--mlm_only``: no ``segment_ids``/``next_sentence_labels``) and ``"unmasked"``
     (``--mlm_only --disable_masking``: ``input_ids``/``input_mask`` only).
 
-    ``dynamic_masking=True`` (``"unmasked"`` records only) masks every example in the pipeline,
-    before batching, as the writer would (:mod:`bert_data.dynamic_masking`: 80/10/10,
+    Dynamic masking (``"unmasked"`` records only) masks every example in the pipeline, before
+    batching, as the writer would (:mod:`bert_data.reader.dynamic_masking`: 80/10/10,
     ``masked_lm_prob``, ``max_predictions_per_seq`` slots, ``mask_whole_word``), adding
     ``masked_lm_positions``/``masked_lm_ids``/``masked_lm_weights``. The vocabulary comes from
-    ``vocab_file`` (gives ``vocab_size``, the ``[MASK]`` id, the ``##`` table for whole words and
-    the default ``special_ids``: ``[PAD] [CLS] [SEP] [MASK]`` plus the run's
-    ``--document_separator_token``) or from ``vocab_size``, ``mask_id`` and ``special_ids``.
-    Masks are keyed by (``seed``, example index in this pipeline): with a ``seed`` the same
-    examples get the same masks on every run; a training pipeline repeats with new masks
-    every epoch. ``nsp_compatible=True`` adds ``segment_ids`` and ``next_sentence_labels``
-    (zeros) to MLM-only examples, for models that expect the BERT dict.
+    ``vocab_file`` (read by the writer's :func:`bert_data.tokenization.load_vocab`; gives
+    ``vocab_size``, the ``[MASK]`` id, the ``##`` table for whole words and the default
+    ``special_ids``: ``[PAD] [CLS] [SEP] [MASK]`` plus the run's ``--document_separator_token``)
+    or from ``vocab_size``, ``mask_id`` and ``special_ids``. Masks are keyed by (``seed``,
+    example index in this pipeline): with a ``seed`` the same examples get the same masks on
+    every run; a training pipeline repeats with new masks every epoch. ``nsp_compatible=True``
+    adds ``segment_ids`` and ``next_sentence_labels`` (zeros) to MLM-only examples, for models
+    that expect the BERT dict.
 
     ``batch_size`` is the batch of *this* pipeline (with ``tf.distribute``, pass the per-replica
     batch, e.g. ``context.get_per_replica_batch_size(global_batch)``). Training data repeats
@@ -207,166 +338,102 @@ def pretraining_dataset(
     """
     import tensorflow as tf
 
+    options, masking = _resolve_options(options, masking, overrides)
     for name, value in (
         ("batch_size", batch_size),
         ("max_seq_length", max_seq_length),
         ("max_predictions_per_seq", max_predictions_per_seq),
-        ("num_cpu_threads", num_cpu_threads),
-        ("shuffle_buffer", shuffle_buffer),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    num_shards, shard_index = _shard_args(input_pipeline_context, num_shards, shard_index)
+        _positive_int(name, value)
+    num_shards, shard_index = _shard_args(options)
 
     files = resolve_files(file_pattern)
-    manifests = _manifests(files) if check_manifest else []
-    record_schema = _resolve_record_schema(record_schema, manifests)
-    if check_manifest:
-        check_manifests(files, max_seq_length, max_predictions_per_seq, check_predictions=record_schema != "unmasked")
+    manifests = _load_manifests(files) if options.check_manifest else []
+    record_schema = _resolve_record_schema(options.record_schema, manifests)
+    _check_manifest_sizes(manifests, max_seq_length, max_predictions_per_seq, record_schema != "unmasked")
     masker = None
-    if dynamic_masking:
-        masker = _dynamic_masker(
-            record_schema, manifests, max_seq_length, max_predictions_per_seq, masked_lm_prob, mask_whole_word,
-            vocab_size, vocab_file, mask_id, special_ids,
-        )
-    compressions = _compressions(files, compression)
-    shard_files = files[shard_index::num_shards]  # what Dataset.shard keeps
-    if not shard_files:
+    if masking is not None:
+        masker = _dynamic_masker(record_schema, manifests, max_seq_length, max_predictions_per_seq, masking)
+    compressions = _compressions(files, options.compression)
+    if not files[shard_index::num_shards]:  # what Dataset.shard keeps
         raise ConfigError(
             f"shard {shard_index} of {num_shards} gets no file: only {len(files)} file(s) match {file_pattern!r}; "
             "write at least as many shards (--num_output_files) as input pipelines"
         )
 
-    def read_file(filename, compression_type):
-        return tf.data.TFRecordDataset(filename, compression_type=compression_type)
-
-    d = tf.data.Dataset.from_tensor_slices((tf.constant(files), tf.constant(compressions)))
-    if num_shards > 1:
-        d = d.shard(num_shards, shard_index)
-    if is_training:
-        d = d.repeat()
-        d = d.shuffle(buffer_size=len(shard_files), seed=seed)
-        cycle = cycle_length if cycle_length is not None else min(num_cpu_threads, len(shard_files))
-        if isinstance(cycle, bool) or not isinstance(cycle, int) or cycle < 1:
-            raise ConfigError(f"cycle_length must be a positive integer, got {cycle!r}")
-        d = d.interleave(
-            read_file,
-            cycle_length=cycle,
-            num_parallel_calls=cycle,
-            deterministic=seed is not None,  # sloppy=is_training, unless reproducibility was asked for
-        )
-        d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
-    else:
-        d = d.flat_map(read_file)  # == TFRecordDataset(files): file after file, in order
-
     def decode(record):
         return decode_record(record, max_seq_length, max_predictions_per_seq, record_schema)
 
-    deterministic = (not is_training) or seed is not None
-    if masker is None:
-        d = d.map(decode, num_parallel_calls=num_cpu_threads, deterministic=deterministic)
-    else:
-        base_seed = _mask_base_seed(seed)
-
-        def decode_and_mask(index, record):
-            return masker(decode(record), tf.stack([tf.constant(base_seed, tf.int64), index]))
-
-        d = d.enumerate().map(decode_and_mask, num_parallel_calls=num_cpu_threads, deterministic=deterministic)
-    if nsp_compatible and record_schema in ("mlm_only", "unmasked"):
-        d = d.map(_add_nsp_zeros(max_seq_length), num_parallel_calls=num_cpu_threads, deterministic=deterministic)
+    deterministic = (not is_training) or options.seed is not None
+    d = _records(files, compressions, options, is_training, (num_shards, shard_index))
+    d = _examples(d, decode, masker, options, deterministic)
+    if options.nsp_compatible and record_schema in ("mlm_only", "unmasked"):
+        add_zeros = _add_nsp_zeros(max_seq_length)
+        d = d.map(add_zeros, num_parallel_calls=options.num_cpu_threads, deterministic=deterministic)
     d = d.batch(batch_size, drop_remainder=True)
     return d.prefetch(tf.data.AUTOTUNE)
 
 
-# --- record layouts other than NSP, dynamic masking ------------------------------------------
-
-
-def _manifests(files: Sequence[str], strict: bool = False) -> List[Tuple[str, Dict[str, Any]]]:
-    """(path, content) of every ``data_params.json`` beside the files. An unreadable one is
-    skipped, or with ``strict`` a :class:`RecordFormatError`."""
+def _records(
+    files: Sequence[str], compressions: Sequence[str], options: ReaderOptions, is_training: bool,
+    shard: Tuple[int, int],
+):
+    """The serialized records of this shard's files: shuffled, repeated and interleaved in
+    training (as run_pretraining.py), file after file in order otherwise."""
     import tensorflow as tf
 
-    found = []
-    for directory in dict.fromkeys(os.path.dirname(f) for f in files):
-        path = os.path.join(directory, MANIFEST_NAME) if directory else MANIFEST_NAME
-        if not tf.io.gfile.exists(path):
-            continue
-        try:
-            with tf.io.gfile.GFile(path, "r") as handle:
-                manifest = json.loads(handle.read())
-        except (OSError, ValueError, tf.errors.OpError) as exc:
-            if strict:
-                raise RecordFormatError(f"{path} cannot be read as JSON ({exc})") from None
-            continue
-        if isinstance(manifest, dict):
-            found.append((path, manifest))
-        elif strict:
-            raise RecordFormatError(f"{path} is not a JSON object")
-    return found
+    num_shards, shard_index = shard
+    n_files = len(files[shard_index::num_shards])
+
+    def read_file(filename, compression_type):
+        return tf.data.TFRecordDataset(filename, compression_type=compression_type)
+
+    d = tf.data.Dataset.from_tensor_slices((tf.constant(list(files)), tf.constant(list(compressions))))
+    if num_shards > 1:
+        d = d.shard(num_shards, shard_index)
+    if not is_training:
+        return d.flat_map(read_file)  # == TFRecordDataset(files): file after file, in order
+    d = d.repeat()
+    d = d.shuffle(buffer_size=n_files, seed=options.seed)
+    cycle = options.cycle_length if options.cycle_length is not None else min(options.num_cpu_threads, n_files)
+    d = d.interleave(
+        read_file,
+        cycle_length=cycle,
+        num_parallel_calls=cycle,
+        deterministic=options.seed is not None,  # sloppy=is_training, unless reproducibility was asked for
+    )
+    return d.shuffle(buffer_size=options.shuffle_buffer, seed=options.seed)
 
 
-def _manifest_schema(manifest: Dict[str, Any]) -> str:
-    if manifest.get("record_schema") in SCHEMAS:
-        return manifest["record_schema"]
-    if isinstance(manifest.get("schema"), dict):
-        try:
-            return schema_from_names(manifest["schema"].keys())
-        except ValueError:
-            pass
-    return "nsp"
+def _examples(d, decode, masker: Optional[Masker], options: ReaderOptions, deterministic: bool):
+    """Records -> feature dicts, masked by ``masker`` (keyed by the example's index) when given."""
+    import tensorflow as tf
+
+    if masker is None:
+        return d.map(decode, num_parallel_calls=options.num_cpu_threads, deterministic=deterministic)
+    base_seed = _mask_base_seed(options.seed)
+
+    def decode_and_mask(index, record):
+        return masker(decode(record), tf.stack([tf.constant(base_seed, tf.int64), index]))
+
+    return d.enumerate().map(decode_and_mask, num_parallel_calls=options.num_cpu_threads, deterministic=deterministic)
 
 
-def _resolve_record_schema(record_schema: Optional[str], manifests: List[Tuple[str, Dict[str, Any]]]) -> str:
-    if record_schema is not None:
-        if record_schema not in SCHEMAS:
-            raise ConfigError(f"record_schema must be one of {', '.join(SCHEMAS)}, got {record_schema!r}")
-        for path, manifest in manifests:
-            found = _manifest_schema(manifest)
-            if {found, record_schema} != {"nsp", "sop"} and found != record_schema:
-                raise RecordFormatError(
-                    f"{path} says the records have the {found!r} layout, but record_schema={record_schema!r} was asked for"
-                )
-        return record_schema
-    found = {_manifest_schema(m) for _, m in manifests}
-    if len(found) > 1:
-        raise RecordFormatError(
-            f"the files mix record layouts {sorted(found)} (see their data_params.json); read them separately"
-        )
-    return found.pop() if found else "nsp"
+# --- dynamic masking ------------------------------------------------------------------------
 
 
 def _dynamic_masker(
-    record_schema, manifests, max_seq_length, max_predictions_per_seq, masked_lm_prob, mask_whole_word,
-    vocab_size, vocab_file, mask_id, special_ids,
-):
-    from .dynamic_masking import continuation_table, default_special_ids, load_vocab_tokens, make_dynamic_masker
-
+    record_schema: str, manifests: Sequence[Manifest], max_seq_length: int, max_predictions_per_seq: int,
+    masking: DynamicMaskingOptions,
+) -> Masker:
     if record_schema != "unmasked":
         raise ConfigError(
             f"dynamic_masking needs unmasked records (create_tfrecords --mlm_only --disable_masking); these records "
             f"have the {record_schema!r} layout and are already masked"
         )
-    is_continuation = None
-    if vocab_file is not None:
-        tokens = load_vocab_tokens(vocab_file)
-        if "[MASK]" not in tokens and mask_id is None:
-            raise ConfigError(f"vocab_file {vocab_file} has no [MASK] token; pass mask_id")
-        vocab_size = len(tokens) if vocab_size is None else vocab_size
-        mask_id = tokens.index("[MASK]") if mask_id is None else mask_id
-        if special_ids is None:
-            separators = [
-                m.get("document_separator_token", "")
-                for _, m in manifests
-                if m.get("mlm_only") and m.get("allow_cross_document_examples", True)
-            ]
-            special_ids = default_special_ids(tokens, separators)
-        is_continuation = continuation_table(tokens)
-    missing = [name for name, value in (("vocab_size", vocab_size), ("mask_id", mask_id), ("special_ids", special_ids)) if value is None]
-    if missing:
-        raise ConfigError(f"dynamic_masking needs vocab_file, or else {', '.join(missing)}")
-    return make_dynamic_masker(
-        max_seq_length, max_predictions_per_seq, masked_lm_prob, vocab_size, mask_id, special_ids,
-        is_continuation=is_continuation, mask_whole_word=mask_whole_word,
+    separators = [manifest_separator(m).token for m in manifests]
+    return masker_from_options(
+        masking, max_seq_length, max_predictions_per_seq, separator_tokens=[t for t in separators if t]
     )
 
 

@@ -4,7 +4,8 @@
 
 Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)::
 
-    driver:  vocabulary, metadata scan (local documents checked), preflight build_resources
+    driver:  start-up checks (runners.startup: vocabulary, separator), metadata scan (local
+             documents checked), preflight build_resources (spaCy, tokenizer)
              ─► {work}/groups.jsonl: one line per group = group index + its sources
     Beam:    ReadFromText(groups.jsonl) ─► Reshuffle
              ─► ProcessGroup: setup() builds the resources once per DoFn instance (spaCy and the
@@ -14,8 +15,8 @@ Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)
                 records)) per shard plus the group's counters
              ─► GroupByKey(shard) (+ a marker per shard, so empty shards are written too)
              ─► WriteShard: sort the entries by group, copy the byte ranges in that order through
-                FileSystems into {work}/{name}-{i}.tfrecords.partial, rename to {name}-{i}.tfrecords
-             ─► Finalize: summed counters + records per shard ─► build_manifest (the local runner's)
+                bert_data.storage into {work}/{name}-{i}.tfrecords.partial, rename to {name}-{i}.tfrecords
+             ─► Finalize: summed counters + records per shard ─► format.manifest.build_manifest
                 ─► work dir removed ─► data_params.json, last (the commit point)
 
 Each shard is the concatenation, in group order, of the group's runs for that shard (dupe
@@ -24,7 +25,7 @@ are byte-identical to a local run's for the same input, flags and seed (``tests/
 checks it). Only index entries go through the shuffle, never records.
 
 Paths with a scheme (``gs://``, ``s3://``, ``hdfs://``, ...) are read and written through
-``apache_beam.io.filesystems.FileSystems``: metadata files, documents (staged to a worker-local
+:mod:`bert_data.storage` (Beam's ``FileSystems`` underneath): metadata files, documents (staged to a worker-local
 temp dir, then read by the unchanged ``read_source``), the vocabulary (shipped to the workers
 inside the DoFn), shards and the manifest. Plain paths use the local file system, which must
 then be shared by every worker (the DirectRunner, or an NFS mount).
@@ -33,7 +34,6 @@ then be shared by every worker (the DirectRunner, or an NFS mount).
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import logging
 import os
@@ -50,6 +50,7 @@ from ..errors import BertDataError, ConfigError, MetadataError, OutputError
 from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest
 from ..group import build_resources, process_group
 from ..metadata import DocumentSource, MetadataSummary, iter_groups, iter_metadata, scan_metadata
+from ..storage import open_metadata
 from ..storage import is_remote, join as _join
 from ..writer import WORK_DIR_NAME, prepare_output_dir, shard_file_names
 from .startup import startup_checks
@@ -112,14 +113,15 @@ def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool) -> st
         storage.delete([_join(output_dir, MANIFEST_NAME)])
         ours = re.compile(re.escape(name) + r"-.*\.tfrecords$")
         storage.delete([p for p in top if ours.match(p.rstrip("/").rsplit("/", 1)[-1])])
-        storage.delete(work)
+        storage.delete(work, only_existing=False)
     return work_dir
 
 
 def remove_remote_work_dir(work_dir: str) -> None:
     """Everything a run put under a remote work dir (object stores have no directories)."""
     try:
-        storage.delete(storage.listing(_join(work_dir, "fragments", "*")) + storage.listing(_join(work_dir, "*")))
+        listed = storage.listing(_join(work_dir, "fragments", "*")) + storage.listing(_join(work_dir, "*"))
+        storage.delete(listed, only_existing=False)
     except Exception as exc:  # leftovers cost storage, not correctness: the next run overwrites them
         log.warning("could not remove %s (%s); delete it by hand", work_dir, exc)
 
@@ -330,8 +332,8 @@ def _sum_stats(values) -> Dict[str, int]:
 
 def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, work_dir: str) -> None:
     """Last step, inside the pipeline (so a job whose driver went away still completes): the
-    manifest from the summed counters and per-shard counts, with the local runner's
-    ``build_manifest``; then the work dir is removed and ``data_params.json`` written, last."""
+    manifest from the summed counters and per-shard counts (``format.manifest.build_manifest``,
+    as the local runner); then the work dir is removed and ``data_params.json`` written, last."""
     names = shard_file_names(config.name, config.num_output_files)
     records = {shard: count for shard, count, _bytes in shard_counts}
     if sorted(records) != list(range(config.num_output_files)):
@@ -436,11 +438,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
     try:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
         vocab = startup_checks(config, local_vocab).vocab
-        summary = scan_metadata(config.metadata_files, config.input_files_prefix)
-        if summary.duplicate_entries:
-            log.warning(
-                "%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries
-            )
+        summary = scan_metadata(config.metadata_files, config.input_files_prefix, opener=open_metadata)
         options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
         # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
         # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
@@ -453,8 +451,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         )
         pipeline = beam.Pipeline(options=options)
         # The vocabulary as the user named it (a URL stays a URL), hashed from the bytes shipped to workers.
-        named = config.vocab_file if is_remote(config.vocab_file) else os.path.abspath(config.vocab_file)
-        identity = VocabIdentity(named, hashlib.sha256(vocab_bytes).hexdigest(), len(vocab))
+        identity = VocabIdentity.of(config.vocab_file, vocab_bytes, len(vocab))
         build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, {"summary": summary, "vocab": identity})
         _run_pipeline(pipeline, options)
         return json.loads(storage.read_bytes(_join(config.output_dir, MANIFEST_NAME)))
@@ -493,7 +490,7 @@ def _write_groups(config: Config, groups_path: str) -> int:
     metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
     n_groups = 0
     with storage.create(groups_path) as handle:
-        sources_stream = iter_metadata(config.metadata_files, config.input_files_prefix)
+        sources_stream = iter_metadata(config.metadata_files, config.input_files_prefix, open_metadata)
         for group_index, sources in iter_groups(sources_stream, config.split_num):
             handle.write(encode_group(group_index, sources, metadata_index).encode("ascii") + b"\n")
             n_groups += 1

@@ -10,7 +10,6 @@ last (the commit point). A killed run is continued with ``--resume`` to byte-ide
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -20,12 +19,12 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from ..config import Config, output_settings
 from ..errors import OutputError
-from ..format.manifest import MANIFEST_NAME, build_manifest, local_vocab_identity
+from ..format.manifest import MANIFEST_NAME, build_manifest, load_manifest, local_vocab_identity
 from ..group import GroupResult, Resources, build_resources, process_group
 from ..metadata import DocumentSource, iter_groups, iter_metadata, scan_metadata, split_hash
 from ..storage import write_json_atomically
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
-from .startup import startup_checks
+from .startup import StartupInfo, startup_checks
 
 log = logging.getLogger("bert_data")
 
@@ -182,30 +181,37 @@ def _split_selector(config: Config):
 def run_job(
     config: Config, on_group: Optional[ProgressCallback] = None, on_start: Optional[Callable[..., None]] = None
 ) -> Dict[str, Dict]:
-    """Run every output of the job (one, or train + validation); manifests by split name."""
-    return {name: run(part, on_group=on_group, on_start=on_start) for name, part in split_configs(config).items()}
+    """Run every output of the job (one, or train + validation); manifests by split name. The
+    start-up checks run once, before either half is touched."""
+    startup = startup_checks(config)
+    return {
+        name: run(part, on_group=on_group, on_start=on_start, startup=startup)
+        for name, part in split_configs(config).items()
+    }
 
 
-def run(config: Config, on_group: Optional[ProgressCallback] = None, on_start: Optional[Callable[..., None]] = None) -> Dict:
+def run(
+    config: Config,
+    on_group: Optional[ProgressCallback] = None,
+    on_start: Optional[Callable[..., None]] = None,
+    startup: Optional[StartupInfo] = None,
+) -> Dict:
     """Run the whole job locally; returns the manifest that was written.
 
     Crash safety: groups are merged into partial shards in order and journaled after each
     one; shards get their final names only at the end and ``data_params.json`` is written
     last. A killed run is continued with ``--resume`` to byte-identical output.
     """
-    vocab = startup_checks(config).vocab
+    vocab = (startup or startup_checks(config)).vocab
     select, empty_hint = _split_selector(config)
     summary = scan_metadata(config.metadata_files, config.input_files_prefix, select, empty_hint)
     if on_start is not None:  # gets the MetadataSummary (entries, total_bytes) before any group runs
         on_start(summary)
-    if summary.duplicate_entries:
-        log.warning("%d duplicate document path(s) in the metadata; each is processed again", summary.duplicate_entries)
     try:
         prepared = _prepare(config)
         if prepared is None:
             log.info("%s is already complete: nothing to resume", config.output_dir)
-            with open(os.path.join(config.output_dir, MANIFEST_NAME), encoding="utf-8") as handle:
-                return json.load(handle)
+            return load_manifest(config.output_dir).data
         work_dir, assembler, first_group, stats = prepared
         try:
             sources = iter_metadata(config.metadata_files, config.input_files_prefix)

@@ -13,7 +13,8 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from ..config import COMPRESSIONS, INPUT_FORMATS, Config, build_config
+from ..config import COMPRESSIONS, Config, build_config
+from ..documents import INPUT_FORMATS
 from ..errors import BertDataError, print_error
 from ..progress import RunProgress
 

@@ -1,27 +1,7 @@
-"""``split_metadata``: split metadata files into a train and a validation metadata file.
-
-Every document goes to one side according to a *seeded hash of its path*, never according to
-its position, so the split is
-
-* deterministic (same entries, same seed -> same files),
-* independent of the order of the input entries and of how they are spread over metadata files,
-* stable under additions with ``--validation_fraction``: a document keeps its side when other
-  documents are added or removed, so a validation set never leaks into a later training set.
-
-The hash is ``blake2b(f"{seed}:{key}")`` read as a number uniform in ``[0, 1)``, where ``key`` is
-the entry *as written in the metadata file* (normalised with ``os.path.normpath``), not joined
-with ``--input_files_prefix``: moving the corpus to another directory does not change the
-split. With ``--validation_fraction F`` a document is in validation when its hash is below
-``F`` (so the validation size is about ``F`` times the number of documents, not exactly).
-With ``--validation_count N`` the validation side holds exactly the ``N`` documents with the
-smallest hashes (ties broken by the key). That is deterministic too, but stability under
-additions is only approximate: a new document whose hash is small enough takes the place of
-the old validation document with the largest hash, which moves to train.
-
-The outputs list the input entries as written (stripped of surrounding blanks; comments and
-blank lines dropped), in input order; a duplicated entry is written once (first occurrence)
-and reported on stderr.
-"""
+"""``split_metadata``: split metadata files into a train and a validation metadata file by a
+seeded hash of each entry (deterministic, independent of input order, stable under additions
+with ``--validation_fraction``). The rules are :func:`bert_data.metadata.assign_split`'s; the
+one-shot ``create_tfrecords --validation_fraction`` uses the same hash."""
 
 from __future__ import annotations
 
