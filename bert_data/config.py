@@ -40,6 +40,8 @@ class Config:
     mask_whole_word: bool = False
     seed: int = 0
     split_num: int = 1000
+    group_bytes: int = 8 << 20  # a group's text at most (bytes of its files; larger files span several groups)
+    max_document_chars: int = 1 << 20  # longer documents are cut into consecutive pieces at line breaks
     # --- output -------------------------------------------------------------------------
     output_dir: str = "./tfrecords/"
     num_output_files: int = 10
@@ -177,6 +179,13 @@ def validate(config: Config) -> None:
         raise ConfigError(
             f"--min_short_seq_length {config.min_short_seq_length} must be between 1 and --max_seq_length - 3 "
             f"({max_num_tokens})"
+        )
+    if not 1 << 16 <= config.group_bytes <= 1 << 34:
+        raise ConfigError(f"--group_bytes {config.group_bytes} must be between 64K and 16G (default 8M)")
+    if not 1000 <= config.max_document_chars <= config.group_bytes:
+        raise ConfigError(
+            f"--max_document_chars {config.max_document_chars} must be at least 1000 and at most --group_bytes "
+            f"{config.group_bytes}"
         )
     for name in ("dupe_factor", "num_output_files", "split_num", "num_workers"):
         if getattr(config, name) < 1:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from .errors import MetadataError
-from .metadata import DocumentSource
+from .metadata import DocumentSource, WorkItem
 
 # Skip reasons for whole documents (keys of data_params.json "documents.skipped").
 SKIP_NOT_REGULAR = "not_a_regular_file"
@@ -264,101 +264,384 @@ class ReadResult:
         return 1 if self.skip_reason else len(self.documents) + sum(self.skipped.values())
 
 
-def read_source(
-    source: DocumentSource, separator: Optional[str], input_format: str = "text", text_key: str = "text"
-) -> ReadResult:
-    """Read one metadata entry (``input_format`` ``"text"`` or ``"jsonl"``), decompressing it if needed.
-
-    Directories, FIFOs, binary files and corrupt compressed files are skipped, not fatal.
-    """
-    if input_format not in INPUT_FORMATS:
-        raise ValueError(f"input_format must be one of {INPUT_FORMATS}, got {input_format!r}")
-    try:
-        info = os.stat(source.path)
-    except OSError as exc:
-        raise MetadataError(f"{source.where()}: document {source.path} cannot be accessed ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        return ReadResult(skip_reason=SKIP_NOT_REGULAR)
-    compression = None
-    try:
-        with open(source.path, "rb") as handle:
-            head = handle.read(_MAGIC_BYTES)
-            compression = sniff_compression(head, source.path)
-            if compression is None:
-                data = head + handle.read()
-                input_bytes = len(data)
-            elif compression == "zst" and _zstandard is None:
-                return ReadResult(skip_reason=SKIP_UNSUPPORTED_COMPRESSION, input_bytes=info.st_size)
-            else:
-                handle.seek(0)
-                raw = _GuardedFile(handle)
-                try:
-                    data = decompress_stream(raw, compression)
-                except _DECOMPRESSION_ERRORS:
-                    return ReadResult(skip_reason=SKIP_CORRUPT_COMPRESSED, input_bytes=raw.bytes_read)
-                input_bytes = raw.bytes_read
-    except _SourceReadError as exc:
-        raise MetadataError(
-            f"{source.where()}: document {source.path} cannot be read ({exc.error.strerror or exc.error})"
-        ) from None
-    except OSError as exc:
-        raise MetadataError(f"{source.where()}: document {source.path} cannot be read ({exc.strerror})") from None
-    decoded = decode_document_bytes(data)
-    if decoded is None:
-        return ReadResult(skip_reason=SKIP_BINARY, input_bytes=input_bytes, compression=compression)
-    if input_format == "jsonl":
-        documents, skipped, replaced = parse_jsonl(decoded.text, text_key)
-        return ReadResult(
-            documents=documents,
-            replaced_bytes=decoded.replaced_bytes + replaced,
-            encoding=decoded.encoding,
-            input_bytes=input_bytes,
-            skipped=skipped,
-            compression=compression,
-        )
-    return ReadResult(
-        documents=split_documents(decoded.text, separator),
-        replaced_bytes=decoded.replaced_bytes,
-        encoding=decoded.encoding,
-        input_bytes=input_bytes,
-        compression=compression,
-    )
-
-
 # --- a group's documents --------------------------------------------------------------------
+
+
+DEFAULT_MAX_DOCUMENT_CHARS = 1 << 20  # --max_document_chars: longer documents are cut into pieces
+MAX_JSON_LINE_CHARS = 64 << 20  # a JSON Lines line longer than this is skipped as line_too_long
+SKIP_LINE_TOO_LONG = "line_too_long"
+_READ_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     """How listed files become documents (from the config: ``--input_format``, ``--text_key``,
-    ``--multiple_docs_in_single_file`` + ``--multiple_docs_separator``)."""
+    ``--multiple_docs_in_single_file`` + ``--multiple_docs_separator``, ``--max_document_chars``)."""
 
     input_format: str = "text"
     text_key: str = "text"
     separator: Optional[str] = None  # split a file into documents on this, or None: one document per file
+    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
+
+    @property
+    def line_oriented(self) -> bool:
+        """Documents never span a newline (or, one document per file: may be cut at newlines), so
+        a large plain file can be read in byte ranges snapped to line starts."""
+        return self.input_format == "jsonl" or self.separator in (None, "\n")
+
+
+# --- cutting long documents ------------------------------------------------------------------
+
+_LAST_WHITESPACE = re.compile(r"\s(?=\S*\Z)")
+
+
+def cut_point(text: str, limit: int) -> int:
+    """Where to cut ``text`` (longer than ``limit``) so the first piece is at most ``limit``
+    characters: after the last newline in its second half, else after the last whitespace there,
+    else at ``limit`` exactly (a run of ``limit`` characters without a space)."""
+    window = text[:limit]
+    newline = window.rfind("\n", limit // 2)
+    if newline >= 0:
+        return newline + 1
+    match = _LAST_WHITESPACE.search(window, limit // 2)
+    return match.end() if match else limit
+
+
+class _Pieces:
+    """Emits a document in pieces of at most ``limit`` characters as its text streams in, and
+    counts the cuts (``documents_split.*``): a document longer than the limit is never held whole."""
+
+    def __init__(self, limit: int, stats: Counter) -> None:
+        self.limit = limit
+        self.stats = stats
+        self.cut = False
+
+    def take(self, buffer: str, final: bool) -> Tuple[List[str], str]:
+        pieces: List[str] = []
+        while len(buffer) > self.limit:
+            at = cut_point(buffer, self.limit)
+            pieces.append(buffer[:at])
+            buffer = buffer[at:]
+            if not self.cut:
+                self.cut = True
+                self.stats["documents_split.documents"] += 1
+            self.stats["documents_split.extra_pieces"] += 1
+        if final:
+            pieces.append(buffer)
+            buffer = ""
+            self.cut = False
+        return pieces, buffer
+
+
+# --- consumers: decoded text in, documents out -----------------------------------------------
+
+
+class _TextConsumer:
+    """One document per file (``separator`` None) or the pieces between separators; the
+    streaming equivalent of ``text.split(separator)`` (a carry holds the unfinished document)."""
+
+    def __init__(self, options: ReadOptions, stats: Counter) -> None:
+        self.separator = options.separator
+        self.pieces = _Pieces(options.max_document_chars, stats)
+        self.buffer = ""
+
+    def feed(self, text: str, final: bool = False) -> List[str]:
+        self.buffer += text
+        out: List[str] = []
+        if self.separator is not None:
+            parts = self.buffer.split(self.separator)
+            self.buffer = parts.pop()
+            for part in parts:
+                out.extend(self.pieces.take(part, True)[0])
+        pieces, self.buffer = self.pieces.take(self.buffer, final)
+        return out + pieces
+
+
+class _JsonlConsumer:
+    """One document per JSON Lines line (see :func:`parse_jsonl`), streamed: lines are split on
+    ``\n`` only; a line over ``MAX_JSON_LINE_CHARS`` is skipped (``line_too_long``) without being held."""
+
+    def __init__(self, options: ReadOptions, stats: Counter) -> None:
+        self.text_key = options.text_key
+        self.stats = stats
+        self.pieces = _Pieces(options.max_document_chars, stats)
+        self.buffer = ""
+        self.dropping = False  # inside a line that is too long: skip to its end
+
+    def feed(self, text: str, final: bool = False) -> List[str]:
+        if self.dropping:  # the rest of a line already skipped as too long
+            newline = text.find("\n")
+            if newline < 0:
+                self.dropping = not final
+                return []
+            text, self.dropping = text[newline + 1 :], False
+        lines = (self.buffer + text).split("\n")
+        self.buffer = "" if final else lines.pop()
+        out: List[str] = []
+        for line in lines:
+            out.extend(self._parse(line))
+        if len(self.buffer) > MAX_JSON_LINE_CHARS:
+            self._skip(SKIP_LINE_TOO_LONG)
+            self.buffer, self.dropping = "", not final
+        return out
+
+    def _skip(self, reason: str) -> None:
+        self.stats["documents.read"] += 1
+        self.stats[f"skipped.{reason}"] += 1
+
+    def _parse(self, line: str) -> List[str]:
+        if not line.strip():
+            return []
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            self._skip(SKIP_BAD_JSON)
+            return []
+        value = obj.get(self.text_key) if isinstance(obj, dict) else None
+        if not isinstance(value, str):
+            self._skip(SKIP_MISSING_TEXT_KEY)
+            return []
+        value, n = _LONE_SURROGATE.subn("\ufffd", value)
+        self.stats["replaced_bytes"] += n
+        return self.pieces.take(value, True)[0]
+
+
+def _consumer(options: ReadOptions, stats: Counter):
+    return _JsonlConsumer(options, stats) if options.input_format == "jsonl" else _TextConsumer(options, stats)
+
+
+# --- the streaming reader --------------------------------------------------------------------
+
+
+def _encoding_of(head: bytes, input_format: str) -> Optional[str]:
+    """The decoder for a stream starting with ``head``, or None when it looks binary: UTF-32 or
+    UTF-16 by BOM, else UTF-8 (a BOM dropped) unless a NUL byte is in the first 8 KiB (for JSON
+    Lines: in the first line only, so one bad line is skipped alone, not the file)."""
+    if head.startswith(codecs.BOM_UTF32_LE) or head.startswith(codecs.BOM_UTF32_BE):
+        return "utf-32"
+    if head.startswith(codecs.BOM_UTF16_LE) or head.startswith(codecs.BOM_UTF16_BE):
+        return "utf-16"
+    sniff = head[:_BINARY_SNIFF_BYTES]
+    if input_format == "jsonl":
+        newline = sniff.find(b"\n")
+        sniff = sniff if newline < 0 else sniff[:newline]
+    return None if b"\x00" in sniff else "utf-8-sig"
+
+
+class _Decoder:
+    """Incremental decoding with U+FFFD replacement; replaced bytes are counted in ``stats``."""
+
+    def __init__(self, encoding: str, stats: Counter) -> None:
+        self.decoder = codecs.getincrementaldecoder(encoding)(errors="bert_data_count_replace")
+        self.stats = stats
+
+    def __call__(self, data: bytes, final: bool = False) -> str:
+        _replaced_in_last_decode[0] = 0
+        text = self.decoder.decode(data, final)
+        self.stats["replaced_bytes"] += _replaced_in_last_decode[0]
+        return text
+
+
+def _read_error(source: DocumentSource, exc: OSError) -> MetadataError:
+    return MetadataError(f"{source.where()}: document {source.path} cannot be read ({exc.strerror or exc})")
+
+
+def _skip_file(stats: Counter, reason: str) -> None:
+    stats["documents.read"] += 1
+    stats[f"skipped.{reason}"] += 1
+
+
+def iter_documents(items: Sequence[WorkItem], options: ReadOptions, stats: Counter) -> Iterator[str]:
+    """The documents of a run of work items, in order, streamed: a file is never read whole and
+    a document longer than ``max_document_chars`` is emitted in pieces. Every document and skip
+    is counted in ``stats`` (``documents.read``, ``skipped.<reason>``, ``input_bytes``, ...)."""
+    for item in items:
+        for document in _iter_item(item, options, stats):
+            stats["documents.read"] += 1
+            yield document
+
+
+def _iter_item(item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator[str]:
+    source = item.source
+    try:
+        info = os.stat(source.path)
+    except OSError as exc:
+        raise MetadataError(f"{source.where()}: document {source.path} cannot be accessed ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        if item.first:
+            _skip_file(stats, SKIP_NOT_REGULAR)
+        return
+    try:
+        with open(source.path, "rb") as handle:
+            if item.end is not None:
+                yield from _iter_range(handle, item, options, stats)
+            else:
+                yield from _iter_whole(handle, source, options, stats)
+    except _SourceReadError as exc:
+        raise _read_error(source, exc.error) from None
+    except OSError as exc:
+        raise _read_error(source, exc) from None
+
+
+def _iter_whole(handle, source: DocumentSource, options: ReadOptions, stats: Counter) -> Iterator[str]:
+    """A whole file, decompressed on the fly when its magic bytes say so."""
+    head = handle.read(_MAGIC_BYTES)
+    compression = sniff_compression(head, source.path)
+    handle.seek(0)
+    raw = _GuardedFile(handle)
+    if compression == "zst" and _zstandard is None:
+        stats["input_bytes"] += os.fstat(handle.fileno()).st_size
+        _skip_file(stats, SKIP_UNSUPPORTED_COMPRESSION)
+        return
+    chunks = _raw_chunks(raw) if compression is None else _decompressed_chunks(raw, compression)
+    consumer = _consumer(options, stats)
+    size = os.fstat(handle.fileno()).st_size
+    try:
+        first = _first_bytes(chunks)
+        encoding = _encoding_of(first, options.input_format)
+        if encoding is None:  # binary: decided from the first 8 KiB, the rest is never read
+            stats["input_bytes"] += size - raw.bytes_read  # (the finally adds what was read)
+            if compression:
+                stats[f"decompressed.{compression}"] += 1
+            _skip_file(stats, SKIP_BINARY)
+            return
+        if encoding in ("utf-16", "utf-32"):
+            stats[f"decoded_as.{encoding}"] += 1
+        decode = _Decoder(encoding, stats)
+        yield from consumer.feed(decode(first))
+        for chunk in chunks:
+            yield from consumer.feed(decode(chunk))
+        yield from consumer.feed(decode(b"", final=True), final=True)
+        if compression:
+            stats[f"decompressed.{compression}"] += 1  # files decompressed, by format
+    except _DECOMPRESSION_ERRORS:
+        _skip_file(stats, SKIP_CORRUPT_COMPRESSED)  # documents before the damage were kept and counted
+    finally:
+        stats["input_bytes"] += raw.bytes_read
+
+
+def _raw_chunks(raw) -> Iterator[bytes]:
+    while True:
+        chunk = raw.read(_READ_CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _decompressed_chunks(raw, compression: str) -> Iterator[bytes]:
+    if compression == "zst":
+        yield from _zstd_chunks(raw)
+        return
+    with _open_decompressor(raw, compression) as stream:
+        while True:
+            chunk = stream.read(_READ_CHUNK)
+            if not chunk:
+                return
+            yield chunk
+
+
+def _first_bytes(chunks: Iterator[bytes]) -> bytes:
+    """At least the first 8 KiB of the stream (or all of a shorter one): BOM and binary sniffing."""
+    first = b""
+    for chunk in chunks:
+        first += chunk
+        if len(first) >= _BINARY_SNIFF_BYTES:
+            break
+    return first
+
+
+def _iter_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator[str]:
+    """The lines that start in ``[item.start, item.end)`` of a plain UTF-8 file (Hadoop's rule:
+    a range skips the partial line it starts in, and reads past its end to finish its last
+    line), as the documents they hold. Only the first range of a file counts per-file facts."""
+    head = os.pread(handle.fileno(), _BINARY_SNIFF_BYTES, 0)
+    if _encoding_of(head, options.input_format) != "utf-8-sig":
+        if item.first:  # planning never ranges compressed or UTF-16/32 files; binary ones are skipped whole
+            stats["input_bytes"] += os.fstat(handle.fileno()).st_size
+            _skip_file(stats, SKIP_BINARY)
+        return
+    position = item.start
+    handle.seek(position)
+    if position > 0 and os.pread(handle.fileno(), 1, position - 1) != b"\n":
+        position += _skip_line(handle)
+    decode = _Decoder("utf-8-sig" if item.first else "utf-8", stats)
+    consumer = _consumer(options, stats)
+    if options.input_format == "text" and options.separator is None:  # one document per file, cut by ranges
+        consumer.pieces.cut = True  # counted here, once per file, not again by the piece cutter
+        stats["documents_split.documents" if item.first else "documents_split.extra_pieces"] += 1
+    owned = False
+    while position < item.end:
+        line = handle.readline(_READ_CHUNK)
+        if not line:
+            break
+        owned = True
+        position += len(line)
+        stats["input_bytes"] += len(line)
+        yield from consumer.feed(decode(line))
+        while not line.endswith(b"\n"):  # a line longer than a chunk: stream the rest of it
+            line = handle.readline(_READ_CHUNK)
+            if not line:
+                break
+            position += len(line)
+            stats["input_bytes"] += len(line)
+            yield from consumer.feed(decode(line))
+    if owned or item.first:
+        yield from consumer.feed(decode(b"", final=True), final=True)
+    elif options.input_format == "text" and options.separator is None:
+        stats["documents_split.extra_pieces"] -= 1  # this range starts inside a line that runs past its end
+
+
+def _skip_line(handle) -> int:
+    """Read past the end of the current line; returns the bytes skipped."""
+    skipped = 0
+    while True:
+        line = handle.readline(_READ_CHUNK)
+        skipped += len(line)
+        if not line or line.endswith(b"\n"):
+            return skipped
+
+
+def can_range(source: DocumentSource, options: ReadOptions) -> bool:
+    """True when a large file may be read in byte ranges by several workers: a local, plain
+    (uncompressed), UTF-8 file whose documents are lines or may be cut at lines."""
+    if not options.line_oriented or "://" in source.path:
+        return False
+    try:
+        with open(source.path, "rb") as handle:
+            head = handle.read(_MAGIC_BYTES)
+    except OSError:
+        return False  # the reader reports it
+    return sniff_compression(head, source.path) is None and _encoding_of(head, "text") == "utf-8-sig"
+
+
+def read_source(
+    source: DocumentSource, separator: Optional[str], input_format: str = "text", text_key: str = "text"
+) -> ReadResult:
+    """Every document of one metadata entry at once (tools that want a file's documents as a
+    list). A damaged compressed file yields no document at all here (the streaming reader keeps
+    what came before the damage)."""
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input_format must be one of {INPUT_FORMATS}, got {input_format!r}")
+    stats: Counter = Counter()
+    options = ReadOptions(input_format=input_format, text_key=text_key, separator=separator)
+    documents = list(iter_documents([WorkItem(source)], options, stats))
+    skipped = Counter({k.split(".", 1)[1]: v for k, v in stats.items() if k.startswith("skipped.") and v})
+    encoding = next((k.split(".", 1)[1] for k, v in stats.items() if k.startswith("decoded_as.") and v), "utf-8")
+    compression = next((k.split(".", 1)[1] for k, v in stats.items() if k.startswith("decompressed.") and v), None)
+    result = ReadResult(
+        documents=documents, replaced_bytes=stats["replaced_bytes"], encoding=encoding,
+        input_bytes=stats["input_bytes"], compression=compression,
+    )
+    whole_file = [r for r in (SKIP_NOT_REGULAR, SKIP_BINARY, SKIP_CORRUPT_COMPRESSED, SKIP_UNSUPPORTED_COMPRESSION) if skipped.get(r)]
+    if whole_file:
+        return ReadResult(skip_reason=whole_file[0], input_bytes=stats["input_bytes"], compression=compression)
+    result.skipped = skipped
+    return result
 
 
 def read_documents(sources: Sequence[DocumentSource], options: ReadOptions, stats: Counter) -> List[str]:
-    """The documents of a group, in metadata order; every file and skip is counted in ``stats``."""
-    documents: List[str] = []
-    for source in sources:
-        result = read_source(source, options.separator, options.input_format, options.text_key)
-        stats["input_bytes"] += result.input_bytes
-        stats["replaced_bytes"] += result.replaced_bytes
-        if result.encoding != "utf-8":
-            stats[f"decoded_as.{result.encoding}"] += 1
-        if result.compression:
-            stats[f"decompressed.{result.compression}"] += 1  # files decompressed, by format
-        if result.skip_reason:
-            stats["documents.read"] += 1
-            stats[f"skipped.{result.skip_reason}"] += 1
-            continue
-        for reason, count in result.skipped.items():  # JSON Lines lines skipped one by one
-            stats["documents.read"] += count
-            stats[f"skipped.{reason}"] += count
-        stats["documents.read"] += len(result.documents)
-        documents.extend(result.documents)
-    return documents
+    """The documents of whole metadata entries, as a list (small inputs and tests)."""
+    return list(iter_documents([WorkItem(s) for s in sources], options, stats))
 
 
 def untokenized_reason(text: str) -> str:

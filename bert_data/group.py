@@ -1,9 +1,12 @@
 """The per-group function: one work unit, from document sources to one fragment file.
 
-Work unit: a *group* of ``--split_num`` consecutive metadata entries. A group is read,
-segmented and tokenized once; then every dupe pass plans its instances (NSP negatives come
-from other documents of the same group), masks them and writes them to the group's fragment
-file. :func:`process_group` is the function every runner executes (in-process, a process pool,
+Work unit: a *group* (planned by :func:`bert_data.metadata.plan_groups`): at most
+``--split_num`` consecutive metadata entries and ``--group_bytes`` bytes of files, or one byte
+range of a large file, or one large file that cannot be ranged (compressed, say). Its documents
+are streamed and cut into *units* of at most ``--group_bytes`` characters of text (usually a
+group is one unit); a unit is segmented and tokenized once, then every dupe pass plans its
+instances (NSP negatives come from other documents of the same unit), masks them and writes
+them to the group's fragment file. Memory per worker is bounded by one unit. :func:`process_group` is the function every runner executes (in-process, a process pool,
 or Apache Beam); it reads top to bottom as the pipeline, one call into each stage:
 
     read (documents) -> segment (sentences) -> tokenize (tokenization)
@@ -22,17 +25,17 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from .config import Config
 from .errors import ConfigError
-from .documents import ReadOptions, read_documents, untokenized_reason
+from .documents import ReadOptions, can_range, iter_documents, untokenized_reason
 from .format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES, feature_order
 from .instances import InstanceParams, InstancePass, PassRandomness, pair_pass
 from .masking import MaskingParams
-from .metadata import DocumentSource
+from .metadata import GroupPlan, WorkItem
 from .tokenization import TokenizedGroup, tokenize_group
 from .windows import WindowOptions, build_streams, window_pass
 from .writer import FragmentWriter, Segment, fragment_path
@@ -47,13 +50,17 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little")
 
 
-def pass_randomness(seed: int, plan_stream: str, group_index: int, dupe_pass: int, num_shards: int) -> PassRandomness:
-    """Everything random in one (group, pass): the planning RNG (``plan_stream`` is "pairs" or
-    "windows"), the masking/shuffling RNG and the shard its first instance goes to."""
+def pass_randomness(
+    seed: int, plan_stream: str, group_index: int, dupe_pass: int, num_shards: int, unit: int = 0
+) -> PassRandomness:
+    """Everything random in one (group, unit, pass): the planning RNG (``plan_stream`` is "pairs"
+    or "windows"), the masking/shuffling RNG and the shard its first instance goes to. (The
+    first unit of a group keeps the ids of the time when a group was always one unit.)"""
+    ids = (group_index, dupe_pass) if unit == 0 else (group_index, dupe_pass, unit)
     return PassRandomness(
-        plan_rng=random.Random(derive_seed(seed, plan_stream, group_index, dupe_pass)),
-        mask_rng=np.random.Generator(np.random.PCG64(derive_seed(seed, "mask", group_index, dupe_pass))),
-        first_shard=derive_seed(seed, "shard", group_index, dupe_pass) % num_shards,
+        plan_rng=random.Random(derive_seed(seed, plan_stream, *ids)),
+        mask_rng=np.random.Generator(np.random.PCG64(derive_seed(seed, "mask", *ids))),
+        first_shard=derive_seed(seed, "shard", *ids) % num_shards,
     )
 
 
@@ -68,12 +75,25 @@ class Resources:
     masking: Optional[MaskingParams]  # None with --disable_masking
     is_continuation: Optional[np.ndarray]  # the ## table, for whole-word masking
     separator_id: Optional[int] = None  # --mlm_only with cross-document windows: the document separator's id
+    bytes_read: object = None  # a shared multiprocessing.Value the reader advances (progress), or None
 
     @property
     def read_options(self) -> ReadOptions:
-        c = self.config
-        separator = c.multiple_docs_separator if c.multiple_docs_in_single_file else None
-        return ReadOptions(input_format=c.input_format, text_key=c.text_key, separator=separator)
+        return read_options(self.config)
+
+
+def read_options(config: Config) -> ReadOptions:
+    separator = config.multiple_docs_separator if config.multiple_docs_in_single_file else None
+    return ReadOptions(
+        input_format=config.input_format, text_key=config.text_key, separator=separator,
+        max_document_chars=config.max_document_chars,
+    )
+
+
+def group_plan(config: Config) -> GroupPlan:
+    """How this run's metadata entries become groups (see :func:`bert_data.metadata.plan_groups`)."""
+    options = read_options(config)
+    return GroupPlan(config.split_num, config.group_bytes, lambda source: can_range(source, options))
 
 
 def build_resources(config: Config) -> Resources:
@@ -162,32 +182,76 @@ _END = object()
 
 
 def process_group(
-    group_index: int, sources: Sequence[DocumentSource], resources: Resources, work_dir: str
+    group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str
 ) -> GroupResult:
-    """Read, segment and tokenize a group once; then for each dupe pass plan, mask and write
-    its instances into the group's fragment file."""
+    """Stream the group's documents; for each unit of them: segment and tokenize once, then for
+    each dupe pass plan, mask and write its instances into the group's fragment file."""
     stats: Counter = Counter()
     seconds: Counter = Counter()
     clock = StageClock(seconds)
-    with clock("read"):
-        documents = read_documents(sources, resources.read_options, stats)
-    with clock("segment"):
-        per_doc_sentences, chunked = resources.segmenter.segment(documents)
-        stats["paragraph_chunks"] += chunked
-    with clock("tokenize"):
-        group = _tokenize(documents, per_doc_sentences, resources, stats)
+    documents = iter_documents(_as_items(items), resources.read_options, stats)
+    documents = clock.timed("read", _reporting_bytes(documents, stats, resources.bytes_read))
     writer = FragmentWriter(fragment_path(work_dir, group_index), resources.config.compression, seconds=seconds)
     try:
-        for instance_pass, order in _passes(group_index, group, resources, clock):
-            for features, shard_of_row in clock.timed("instances", instance_pass.batches):
-                writer.write_batch(features, order, shard_of_row, resources.config.num_output_files)
-            _count_pass(instance_pass, resources.config, stats)
+        for unit, unit_documents in enumerate(cut_units(documents, resources.config.group_bytes)):
+            with clock("segment"):
+                per_doc_sentences, chunked = resources.segmenter.segment(unit_documents)
+                stats["paragraph_chunks"] += chunked
+            with clock("tokenize"):
+                group = _tokenize(unit_documents, per_doc_sentences, resources, stats)
+            for instance_pass, order in _passes(group_index, unit, group, resources, clock):
+                for features, shard_of_row in clock.timed("instances", instance_pass.batches):
+                    writer.write_batch(features, order, shard_of_row, resources.config.num_output_files)
+                _count_pass(instance_pass, resources.config, stats)
+            stats["units"] += 1
         with clock("write"):
             writer.close()
     except BaseException:
         writer.abort()
         raise
     return GroupResult(group_index, writer.path, writer.segments, stats, seconds)
+
+
+_PROGRESS_STEP = 1 << 20  # input bytes between two updates of the shared progress counter
+
+
+def _reporting_bytes(documents: Iterator[str], stats: Counter, counter) -> Iterator[str]:
+    """``documents``, advancing ``counter.value`` by the input bytes read (every MiB and at the
+    end), so the coordinator's progress moves inside a long group too."""
+    reported = stats["input_bytes"]
+
+    def report() -> None:
+        nonlocal reported
+        if counter is not None and stats["input_bytes"] != reported:
+            with counter.get_lock():
+                counter.value += stats["input_bytes"] - reported
+            reported = stats["input_bytes"]
+
+    for document in documents:
+        if stats["input_bytes"] - reported >= _PROGRESS_STEP:
+            report()
+        yield document
+    report()
+
+
+def _as_items(items: Sequence) -> List[WorkItem]:
+    """Work items; bare sources (callers that predate byte ranges) are whole-file items."""
+    return [item if isinstance(item, WorkItem) else WorkItem(item) for item in items]
+
+
+def cut_units(documents: Iterable[str], budget: int) -> Iterator[List[str]]:
+    """Consecutive runs of documents of at most ``budget`` characters each (a document longer
+    than that is a unit of its own; the reader has already cut it to ``--max_document_chars``)."""
+    unit: List[str] = []
+    size = 0
+    for document in documents:
+        if unit and size + len(document) > budget:
+            yield unit
+            unit, size = [], 0
+        unit.append(document)
+        size += len(document)
+    if unit:
+        yield unit
 
 
 def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources, stats: Counter) -> TokenizedGroup:
@@ -203,7 +267,7 @@ def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources,
 
 
 def _passes(
-    group_index: int, group: TokenizedGroup, resources: Resources, clock: StageClock
+    group_index: int, unit: int, group: TokenizedGroup, resources: Resources, clock: StageClock
 ) -> Iterator[Tuple[InstancePass, Tuple[Tuple[str, str], ...]]]:
     """Every dupe pass of the group, planned (lazily, one after another), with the feature
     order its records are written in. A group without a usable document has no pass."""
@@ -219,13 +283,13 @@ def _passes(
     for dupe_pass in range(config.dupe_factor):
         with clock("instances"):
             if config.mlm_only:
-                randomness = pass_randomness(config.seed, "windows", group_index, dupe_pass, config.num_output_files)
+                randomness = pass_randomness(config.seed, "windows", group_index, dupe_pass, config.num_output_files, unit)
                 planned = window_pass(
                     streams, resources.params, options, resources.masking, randomness, config.num_output_files,
                     resources.is_continuation,
                 )
             else:
-                randomness = pass_randomness(config.seed, "pairs", group_index, dupe_pass, config.num_output_files)
+                randomness = pass_randomness(config.seed, "pairs", group_index, dupe_pass, config.num_output_files, unit)
                 planned = pair_pass(
                     group, resources.params, resources.masking, randomness, config.num_output_files,
                     resources.is_continuation,

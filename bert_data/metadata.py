@@ -10,9 +10,11 @@ every path in the corpus is ever built.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import stat
+import time
 from collections import Counter
 from dataclasses import dataclass
 from itertools import islice
@@ -58,12 +60,14 @@ def parse_metadata_line(line: str, prefix: str) -> Optional[str]:
 
 
 def iter_metadata(
-    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_local
+    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_local, digest=None
 ) -> Iterator[DocumentSource]:
     """Stream the entries of every metadata file, in order.
 
     Lines are decoded one by one (a UTF-8 BOM on the first is dropped), so an undecodable
-    line is reported with its own number. ``opener`` lets the Beam runner read remote metadata files (:func:`bert_data.storage.open_metadata`).
+    line is reported with its own number. ``opener`` lets the Beam runner read remote metadata
+    files (:func:`bert_data.storage.open_metadata`); ``digest`` (a hashlib object) is fed every
+    byte read, so a run can fingerprint exactly the metadata it used.
     """
     for metadata_file in metadata_files:
         try:
@@ -75,7 +79,11 @@ def iter_metadata(
         except OSError as exc:
             raise MetadataError(f"metadata file {metadata_file} cannot be read ({exc.strerror})") from None
         with handle:
+            if digest is not None:
+                digest.update(f"\0{len(metadata_file)}:{metadata_file}\0".encode("utf-8", "surrogateescape"))
             for line_number, raw in enumerate(handle, start=1):
+                if digest is not None:
+                    digest.update(raw)
                 if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 try:
@@ -102,11 +110,99 @@ def check_source(source: DocumentSource) -> None:
         raise MetadataError(f"{source.where()}: document {source.path} is not readable (permission denied)")
 
 
+def _sized(source: DocumentSource) -> int:
+    """Check one entry (see :func:`check_source`) and return its size in bytes (0 when not a
+    regular file, or a URL: those are never split and are checked by the worker that reads them)."""
+    if is_remote(source.path):
+        return 0
+    check_source(source)
+    try:
+        info = os.stat(source.path)
+    except OSError:
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One metadata entry to read, whole (``end`` None) or the lines starting in ``[start, end)``
+    of a large plain file (a byte range; ranges of one file are read by different workers)."""
+
+    source: DocumentSource
+    start: int = 0
+    end: Optional[int] = None
+
+    @property
+    def first(self) -> bool:
+        """The item that counts the per-file facts (skips, encoding, compression) of its file."""
+        return self.start == 0
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """How entries become groups (the unit of work, memory and NSP negatives): at most
+    ``split_num`` entries and ``group_bytes`` bytes of files each. A file larger than
+    ``group_bytes`` is a group of its own, or, when ``can_range(source)`` says its lines can be
+    read from any offset (a plain, line-oriented file), one group per ``group_bytes`` range.
+    Groups depend on the entries, their sizes and these settings only, never on the workers."""
+
+    split_num: int
+    group_bytes: int
+    can_range: Callable[[DocumentSource], bool] = lambda source: False
+
+
+def plan_groups(sized: Iterable[Tuple[DocumentSource, int]], plan: GroupPlan) -> Iterator[Tuple[int, List[WorkItem]]]:
+    """Consecutive groups of ``(source, size)`` entries, numbered from 0 (see :class:`GroupPlan`)."""
+    index = 0
+    pack: List[WorkItem] = []
+    pack_bytes = 0
+    for source, size in sized:
+        if pack and (len(pack) >= plan.split_num or (size <= plan.group_bytes and pack_bytes + size > plan.group_bytes)
+                     or size > plan.group_bytes):
+            yield index, pack
+            index, pack, pack_bytes = index + 1, [], 0
+        if size <= plan.group_bytes:
+            pack.append(WorkItem(source))
+            pack_bytes += size
+        elif plan.can_range(source):
+            for start in range(0, size, plan.group_bytes):
+                yield index, [WorkItem(source, start, min(size, start + plan.group_bytes))]
+                index += 1
+        else:
+            yield index, [WorkItem(source)]  # streamed whole: its documents are cut into units as they come
+            index += 1
+    if pack:
+        yield index, pack
+
+
+def encode_group(group_index: int, items: Sequence[WorkItem], metadata_index: Dict[str, int]) -> str:
+    """One line of a group spool (the plan, written once, read by the run or by Beam workers)."""
+    return json.dumps(
+        {"g": group_index, "s": [
+            [i.source.path, metadata_index[i.source.metadata_file], i.source.line_number, i.source.entry, i.start, i.end]
+            for i in items
+        ]},
+        ensure_ascii=True, separators=(",", ":"),
+    )
+
+
+def decode_group(line: str, metadata_files: Sequence[str]) -> Tuple[int, List[WorkItem]]:
+    data = json.loads(line)
+    return data["g"], [
+        WorkItem(DocumentSource(path, metadata_files[m], n, entry), start, end) for path, m, n, entry, start, end in data["s"]
+    ]
+
+
 @dataclass(frozen=True)
 class MetadataSummary:
     entries: int
     duplicate_entries: int
     total_bytes: int
+    groups: int = 0
+    metadata_sha256: str = ""  # of every metadata line read, in order: what --resume checks
+
+
+_STAT_CHUNK = 512  # entries checked at once by the scan's thread pool (stat releases the GIL)
 
 
 def scan_metadata(
@@ -115,48 +211,76 @@ def scan_metadata(
     select: Optional[Callable[[DocumentSource], bool]] = None,
     empty_hint: str = "",
     opener: Callable[[str], BinaryIO] = _open_local,
+    plan: Optional[GroupPlan] = None,
+    on_group: Optional[Callable[[int, List[WorkItem]], None]] = None,
 ) -> MetadataSummary:
-    """One validating pass over every entry before any work starts.
+    """The one pass over the metadata before any work starts: every entry is checked (in
+    parallel: stat is I/O bound, and slow on network file systems), duplicates are counted, and
+    with a ``plan`` the groups are planned and handed to ``on_group`` in order (the runner spools
+    them: the metadata is read exactly once, so a pipe works and an edit during the run cannot
+    make the scan and the run disagree).
 
     Raises :class:`MetadataError` for a missing/unreadable document or when no metadata file
     lists any document. Remote entries (URLs) are not checked one by one: a round trip per
-    document would dominate at cluster scale; a missing one fails its group instead. Duplicates are counted with a bounded-memory fingerprint set
-    (8 bytes per entry), so the scan stays cheap on millions of documents.
+    document would dominate at cluster scale; a missing one fails its group instead. Duplicates
+    are counted with a bounded-memory fingerprint set (8 bytes per entry).
     """
-    entries = 0
-    duplicates = 0
-    total_bytes = 0
-    seen = set()
-    for source in iter_metadata(metadata_files, prefix, opener):
-        if select is not None and not select(source):
-            continue
-        entries += 1
-        remote = is_remote(source.path)
-        fingerprint = hash(source.path if remote else os.path.normpath(source.path))
-        if fingerprint in seen:
-            duplicates += 1
+    from concurrent.futures import ThreadPoolExecutor
+
+    counts = Counter()
+    seen: set = set()
+    digest = hashlib.sha256()
+    started = last_log = time.monotonic()
+
+    def selected() -> Iterator[DocumentSource]:
+        for source in iter_metadata(metadata_files, prefix, opener, digest):
+            if select is None or select(source):
+                yield source
+
+    def sized_entries(pool) -> Iterator[Tuple[DocumentSource, int]]:
+        nonlocal last_log
+        sources = selected()
+        while True:
+            chunk = list(islice(sources, _STAT_CHUNK))
+            if not chunk:
+                return
+            for source, size in zip(chunk, pool.map(_sized, chunk)):
+                counts["entries"] += 1
+                counts["bytes"] += size
+                key = hash(source.path if is_remote(source.path) else os.path.normpath(source.path))
+                counts["duplicates"] += key in seen
+                seen.add(key)
+                yield source, size
+            if time.monotonic() - last_log > 5:
+                last_log = time.monotonic()
+                log.info("scanned %d metadata entries (%.0f/s)", counts["entries"], counts["entries"] / (last_log - started))
+
+    with ThreadPoolExecutor(max_workers=_SCAN_THREADS) as pool:
+        if plan is None:
+            for _ in sized_entries(pool):
+                pass
         else:
-            seen.add(fingerprint)
-        if remote:
-            continue
-        check_source(source)
-        try:
-            info = os.stat(source.path)
-            if stat.S_ISREG(info.st_mode):
-                total_bytes += info.st_size
-        except OSError:
-            pass
-    if duplicates:
-        log.warning("%d duplicate document path(s) in the metadata; each is processed again", duplicates)
-    if entries == 0:
+            for group_index, items in plan_groups(sized_entries(pool), plan):
+                counts["groups"] += 1
+                if on_group is not None:
+                    on_group(group_index, items)
+    if counts["duplicates"]:
+        log.warning("%d duplicate document path(s) in the metadata; each is processed again", counts["duplicates"])
+    if counts["entries"] == 0:
         raise MetadataError(
             empty_hint or f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)"
         )
-    return MetadataSummary(entries=entries, duplicate_entries=duplicates, total_bytes=total_bytes)
+    return MetadataSummary(
+        entries=counts["entries"], duplicate_entries=counts["duplicates"], total_bytes=counts["bytes"],
+        groups=counts["groups"], metadata_sha256=digest.hexdigest(),
+    )
+
+
+_SCAN_THREADS = 8
 
 
 def iter_groups(sources: Iterable[DocumentSource], split_num: int) -> Iterator[Tuple[int, List[DocumentSource]]]:
-    """Consecutive groups of ``split_num`` entries, numbered from 0: the unit of work."""
+    """Consecutive groups of ``split_num`` entries, numbered from 0 (tools that need no byte budget)."""
     iterator = iter(sources)
     group_index = 0
     while True:

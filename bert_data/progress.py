@@ -1,20 +1,25 @@
 """Progress of a ``create_tfrecords`` run: a tqdm bar on stderr, fed by :func:`bert_data.runners.local.run`.
 
 ``run(config, on_start=progress.start, on_group=progress.update)``: ``start`` receives the
-:class:`~bert_data.metadata.MetadataSummary` (the number of metadata entries is the bar's
-total), ``update`` each :class:`~bert_data.group.GroupResult` in group order. The bar shows
-documents done of total, instances written, input MB/s and the ETA. It is drawn only on a
-terminal and never on stdout (the final summary line owns stdout); otherwise every method is a
-no-op, so callers never need to check.
+:class:`~bert_data.metadata.MetadataSummary` (its ``total_bytes``, the input files' size, is the
+bar's total) and a live counter of input bytes read that the workers advance as they read (so
+the bar moves inside a long group too); ``update`` gets each finished
+:class:`~bert_data.group.GroupResult` in group order (documents, instances). The bar shows input
+bytes done of total with rate and ETA, plus documents read and instances written. It is drawn
+only on a terminal and never on stdout (the final summary line owns stdout); otherwise every
+method is a no-op, so callers never need to check.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, Callable, Optional, TextIO
 
 __all__ = ["RunProgress", "format_postfix", "progress_enabled"]
+
+REFRESH_SECONDS = 0.5  # how often the bar follows the live byte counter
 
 
 def progress_enabled(stream: Optional[TextIO], quiet: bool = False) -> bool:
@@ -27,81 +32,92 @@ def progress_enabled(stream: Optional[TextIO], quiet: bool = False) -> bool:
         return False
 
 
-def format_postfix(documents_read: int, entries_done: int, instances: int, input_bytes: int, seconds: float) -> str:
-    """The text after the bar: ``instances=5,230, 12.3 MB/s`` (+ documents read when files hold several)."""
-    rate = input_bytes / seconds / 1e6 if seconds > 0 else 0.0
-    parts = []
-    if documents_read != entries_done:  # multi-document files or JSON Lines: entries != documents
-        parts.append(f"docs read={documents_read:,}")
-    parts.append(f"instances={instances:,}")
-    parts.append(f"{rate:.1f} MB/s" if rate >= 1 else f"{rate:.3f} MB/s")
-    return ", ".join(parts)
+def format_postfix(documents_read: int, groups_done: int, instances: int) -> str:
+    """The text after the bar: ``docs=1,234, instances=5,230, groups=3/10``."""
+    return f"docs={documents_read:,}, instances={instances:,}, groups={groups_done:,}"
 
 
 class RunProgress:
-    """Documents done / total, instances, input MB/s, ETA; silent unless ``enabled``.
-
-    ``split_num`` maps a finished group to entries done (groups arrive in order, each of
-    ``split_num`` entries but the last), so the bar is right even when groups are skipped.
-    """
+    """Input bytes done / total (rate, ETA), documents, instances; silent unless ``enabled``."""
 
     def __init__(
         self,
-        split_num: int,
         stream: Optional[TextIO] = None,
         quiet: bool = False,
         enabled: Optional[bool] = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.split_num = split_num
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = progress_enabled(self.stream, quiet) if enabled is None else enabled
         self.clock = clock
         self.total = 0
-        self.entries_done = 0
+        self.groups = 0
+        self.groups_done = 0
         self.documents_read = 0
         self.instances = 0
-        self.input_bytes = 0
-        self._started = clock()
+        self.bytes_done = 0  # input bytes of finished groups
+        self._live: Any = None
         self._bar: Any = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
 
-    def start(self, summary: Any) -> None:
-        self.total = int(summary.entries)
-        self._started = self.clock()
+    def start(self, summary: Any, live: Any = None) -> None:
+        """A new bar (a train/validation job starts one per half)."""
+        self.close()
+        self._stop.clear()
+        self.groups_done = self.documents_read = self.instances = self.bytes_done = 0
+        self.total = int(summary.total_bytes)
+        self.groups = int(getattr(summary, "groups", 0))
+        self._live = live
         if not self.enabled:
             return
         from tqdm import tqdm
 
         self._bar = tqdm(
-            total=self.total,
-            desc="documents",
-            unit="doc",
-            file=self.stream,
-            dynamic_ncols=True,
-            mininterval=0.5,
-            smoothing=0.1,
-            leave=True,
+            total=self.total or None, desc="input", unit="B", unit_scale=True, unit_divisor=1024,
+            file=self.stream, dynamic_ncols=True, mininterval=REFRESH_SECONDS, smoothing=0.1, leave=True,
         )
+        self._bar.set_postfix_str(self.postfix(), refresh=False)
+        if live is not None:
+            self._thread = threading.Thread(target=self._follow, name="bert_data-progress", daemon=True)
+            self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(REFRESH_SECONDS):
+            self._advance()
+
+    def _advance(self) -> None:
+        bar = self._bar
+        if bar is None:
+            return
+        position = max(self.bytes_done, int(self._live.value) if self._live is not None else 0)
+        if self.total:
+            position = min(position, self.total)
+        if position > bar.n:
+            bar.update(position - bar.n)
 
     def update(self, result: Any) -> None:
         stats = result.stats
         self.documents_read += int(stats.get("documents.read", 0))
         self.instances += int(stats.get("instances", 0))
-        self.input_bytes += int(stats.get("input_bytes", 0))
-        done = (result.group_index + 1) * self.split_num
-        self.entries_done = min(done, self.total) if self.total else done
+        self.bytes_done += int(stats.get("input_bytes", 0))
+        self.groups_done += 1
         if self._bar is None:
             return
         self._bar.set_postfix_str(self.postfix(), refresh=False)
-        self._bar.update(self.entries_done - self._bar.n)
+        self._advance()
 
     def postfix(self) -> str:
-        return format_postfix(
-            self.documents_read, self.entries_done, self.instances, self.input_bytes, self.clock() - self._started
-        )
+        text = format_postfix(self.documents_read, self.groups_done, self.instances)
+        return f"{text}/{self.groups:,}" if self.groups else text
 
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         if self._bar is not None:
+            self._advance()
             self._bar.close()
             self._bar = None
 

@@ -211,14 +211,14 @@ def test_pipeline_options_need_beam_runner(tmp_path: Path, capsys) -> None:
 
 
 def test_group_encoding_round_trips() -> None:
-    from bert_data.runners.beam import decode_group, encode_group, is_remote
-    from bert_data.metadata import DocumentSource
+    from bert_data.metadata import DocumentSource, WorkItem, decode_group, encode_group
+    from bert_data.storage import is_remote
 
-    sources: List[DocumentSource] = [
-        DocumentSource("gs://b/a b\n\u00e9.txt", "m1", 3),
-        DocumentSource("/x/y.txt", "m2", 9),
+    items: List[WorkItem] = [
+        WorkItem(DocumentSource("gs://b/a b\n\u00e9.txt", "m1", 3, "a b\n\u00e9.txt")),
+        WorkItem(DocumentSource("/x/y.txt", "m2", 9, "/x/y.txt"), 1 << 23, 1 << 24),  # a byte range
     ]
-    line = encode_group(4, sources, {"m1": 0, "m2": 1})
+    line = encode_group(4, items, {"m1": 0, "m2": 1})
     assert "\n" not in line
-    assert decode_group(line, ["m1", "m2"]) == (4, sources)
+    assert decode_group(line, ["m1", "m2"]) == (4, items)
     assert is_remote("gs://b/x") and is_remote("hdfs://nn/x") and not is_remote("/a/gs://b") and not is_remote("a.txt")

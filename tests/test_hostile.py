@@ -91,8 +91,12 @@ def test_utf16_with_bom_is_detected_and_decoded(tmp_path) -> None:
 def test_one_huge_line_without_punctuation_is_processed(tmp_path) -> None:
     words = ("cat sat mat dog ran " * 1_000_000).encode()  # 20 MB, one line, no punctuation
     manifest = _run(tmp_path, {"huge.txt": words}, max_seq_length=64, dupe_factor=1)
-    assert manifest["documents"]["used"] == 3
-    assert manifest["paragraph_chunks"] == 1  # the line was cut into spaCy-sized pieces
+    # over --max_document_chars (1M): streamed and cut at spaces into 20 pieces of <= 1M characters,
+    # each a document of its own (counted), so no worker ever holds the 20 MB line whole
+    assert manifest["documents_split"] == {"documents": 1, "extra_pieces": 19}
+    assert manifest["documents"] == {"read": 22, "used": 22, "skipped": {}}
+    assert manifest["paragraph_chunks"] == 19  # each full piece was cut again into spaCy-sized chunks
+    assert manifest["groups"] == 4 and manifest["units"] == 4  # 3 byte ranges (8M) of the file + the 2 small files
     assert manifest["tokens"] > 5_000_000
     for record in _records(tmp_path / "out"):
         assert int(record["input_mask"].sum()) <= 64
@@ -101,7 +105,7 @@ def test_one_huge_line_without_punctuation_is_processed(tmp_path) -> None:
 def test_document_longer_than_spacy_max_length(tmp_path) -> None:
     text = (" ".join(sentence(i) for i in range(40_000)) + "\n").encode()  # ~2.4 M chars, one paragraph
     assert len(text) > 1_000_000
-    manifest = _run(tmp_path, {"long.txt": text}, dupe_factor=1)
+    manifest = _run(tmp_path, {"long.txt": text}, dupe_factor=1, max_document_chars="4M")  # kept whole
     assert manifest["documents"]["used"] == 3 and manifest["paragraph_chunks"] == 1
     assert manifest["sentences"] > 39_000  # spaCy keeps a few "word." abbreviations whole
 

@@ -36,9 +36,7 @@ def group(index: int, read: int, instances: int, input_bytes: int) -> SimpleName
 
 
 def test_format_postfix() -> None:
-    assert format_postfix(10, 10, 1234, 5_000_000, 2.0) == "instances=1,234, 2.5 MB/s"
-    assert format_postfix(40, 10, 7, 0, 0.0) == "docs read=40, instances=7, 0.000 MB/s"
-    assert format_postfix(3, 3, 7, 12_345, 1.0) == "instances=7, 0.012 MB/s"
+    assert format_postfix(10, 2, 1234) == "docs=10, instances=1,234, groups=2"
 
 
 def test_progress_enabled_only_on_a_terminal() -> None:
@@ -48,27 +46,35 @@ def test_progress_enabled_only_on_a_terminal() -> None:
     assert not progress_enabled(None)
 
 
-def test_bar_counts_documents_instances_and_rate() -> None:
-    now = [0.0]
+def test_bar_counts_input_bytes_documents_and_instances() -> None:
     stream = FakeTTY()
-    with RunProgress(split_num=5, stream=stream, clock=lambda: now[0]) as progress:
-        progress.start(SimpleNamespace(entries=12, total_bytes=3_000_000))
-        now[0] = 1.0
+    with RunProgress(stream=stream) as progress:
+        progress.start(SimpleNamespace(entries=12, total_bytes=3_000_000, groups=3))
         progress.update(group(0, 5, 100, 1_000_000))
-        now[0] = 2.0
         progress.update(group(1, 5, 120, 1_000_000))
-        assert progress.entries_done == 10 and progress.instances == 220
+        assert progress.bytes_done == 2_000_000 and progress.instances == 220
         progress.update(group(2, 2, 30, 1_000_000))
-        assert progress.entries_done == 12  # the last group is short
     text = stream.getvalue()
-    assert "documents" in text and "12/12" in text
-    assert "instances=250" in text and "1.5 MB/s" in text
+    assert "input" in text and "2.86M/2.86M" in text  # 3,000,000 bytes in binary units
+    assert "docs=12, instances=250, groups=3/3" in text
+
+
+def test_bar_follows_the_live_counter_inside_a_group() -> None:
+    """Workers advance a shared counter as they read: the bar moves before any group finishes."""
+    stream = FakeTTY()
+    live = SimpleNamespace(value=0)
+    with RunProgress(stream=stream) as progress:
+        progress.start(SimpleNamespace(entries=1, total_bytes=4 << 20, groups=1), live)
+        live.value = 3 << 20
+        progress._advance()  # what the refresh thread does every REFRESH_SECONDS
+        assert progress._bar.n == 3 << 20 and progress.groups_done == 0
+    assert "3.00M/4.00M" in stream.getvalue()
 
 
 def test_disabled_progress_writes_nothing() -> None:
     stream = io.StringIO()
-    with RunProgress(split_num=5, stream=stream) as progress:
-        progress.start(SimpleNamespace(entries=3, total_bytes=0))
+    with RunProgress(stream=stream) as progress:
+        progress.start(SimpleNamespace(entries=3, total_bytes=0), SimpleNamespace(value=5))
         progress.update(group(0, 3, 10, 100))
     assert stream.getvalue() == "" and progress.instances == 10
 
@@ -81,7 +87,8 @@ def test_cli_draws_the_bar_on_a_terminal_stderr_only(
     assert main(base_args(tiny_corpus, tiny_vocab, tmp_path / "out")) == 0
     out = capsys.readouterr().out
     assert out.startswith("wrote ") and out.count("\n") == 1  # stdout: the summary line only
-    assert "12/12" in fake.getvalue() and "instances=" in fake.getvalue() and "MB/s" in fake.getvalue()
+    bar = fake.getvalue()
+    assert "input" in bar and "instances=" in bar and "B/s" in bar and "groups=3/3" in bar
     assert logging.getLogger("bert_data").level == logging.INFO
 
 
@@ -90,7 +97,7 @@ def test_quiet_and_non_terminal_runs_draw_no_bar(
 ) -> None:
     assert main(base_args(tiny_corpus, tiny_vocab, tmp_path / "a")) == 0  # capsys: not a terminal
     captured = capsys.readouterr()
-    assert "12/12" not in captured.err and "MB/s" not in captured.err
+    assert "groups=" not in captured.err and "B/s" not in captured.err
     fake = FakeTTY()
     monkeypatch.setattr(sys, "stderr", fake)
     assert main(base_args(tiny_corpus, tiny_vocab, tmp_path / "b", quiet=True)) == 0

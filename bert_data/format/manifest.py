@@ -86,6 +86,9 @@ def build_manifest(settings: Mapping[str, Any], stats: Counter, per_shard: Dict[
             "replaced_bytes": stats["replaced_bytes"],
             "decoded_as": _by_prefix(stats, "decoded_as."),
             "decompressed": _by_prefix(stats, "decompressed."),
+            "documents_split": _by_prefix(stats, "documents_split."),  # cut at --max_document_chars or by ranges
+            "groups": getattr(summary, "groups", 0),
+            "units": stats["units"],
             "paragraph_chunks": stats["paragraph_chunks"],
             "sentences": stats["sentences"],
             "sentences_without_tokens": stats["sentences_without_tokens"],

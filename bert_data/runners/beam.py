@@ -48,8 +48,8 @@ from .. import storage
 from ..config import Config
 from ..errors import BertDataError, ConfigError, MetadataError, OutputError
 from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest
-from ..group import build_resources, process_group
-from ..metadata import DocumentSource, MetadataSummary, iter_groups, iter_metadata, scan_metadata
+from ..group import build_resources, group_plan, process_group
+from ..metadata import DocumentSource, MetadataSummary, WorkItem, decode_group, encode_group, scan_metadata
 from ..storage import open_metadata
 from ..storage import is_remote, join as _join
 from ..writer import WORK_DIR_NAME, prepare_output_dir, shard_file_names
@@ -81,19 +81,6 @@ def _require_beam():
 
 
 # --- metadata (driver) ---------------------------------------------------------------------
-
-
-def encode_group(group_index: int, sources: Sequence[DocumentSource], metadata_index: Dict[str, int]) -> str:
-    return json.dumps(
-        {"g": group_index, "s": [[s.path, metadata_index[s.metadata_file], s.line_number] for s in sources]},
-        ensure_ascii=True,
-        separators=(",", ":"),
-    )
-
-
-def decode_group(line: str, metadata_files: Sequence[str]) -> Tuple[int, List[DocumentSource]]:
-    data = json.loads(line)
-    return data["g"], [DocumentSource(path, metadata_files[m], n) for path, m, n in data["s"]]
 
 
 # --- output directory (driver) -------------------------------------------------------------
@@ -130,22 +117,23 @@ def remove_remote_work_dir(work_dir: str) -> None:
 
 
 def _stage_remote_sources(
-    sources: Sequence[DocumentSource], stage_dir: str
-) -> Tuple[List[DocumentSource], Dict[str, str]]:
+    sources: Sequence[WorkItem], stage_dir: str
+) -> Tuple[List[WorkItem], Dict[str, str]]:
     """Copy the remote documents of a group to ``stage_dir`` (in parallel); local ones are kept.
 
     The staged copy keeps the base name (compression is recognised by extension, too) and the
     metadata file and line, so ``read_source`` treats it exactly like the local runner would.
     Returns the sources to read and {local path: remote path} for error messages.
     """
-    remote = [(i, s) for i, s in enumerate(sources) if is_remote(s.path)]
+    remote = [(i, item) for i, item in enumerate(sources) if is_remote(item.source.path)]
     if not remote:
         return list(sources), {}
     staged = list(sources)
     renames: Dict[str, str] = {}
 
-    def fetch(item: Tuple[int, DocumentSource]) -> None:
-        i, source = item
+    def fetch(numbered: Tuple[int, WorkItem]) -> None:
+        i, item = numbered
+        source = item.source
         base = source.path.rstrip("/").rsplit("/", 1)[-1] or "document"
         local = os.path.join(stage_dir, f"{i:07d}-{base}")
         try:
@@ -153,7 +141,7 @@ def _stage_remote_sources(
                 shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except Exception as exc:  # BeamIOError, google.api_core NotFound, OSError, ...
             raise MetadataError(f"{source.where()}: document {source.path} cannot be read ({exc})") from None
-        staged[i] = DocumentSource(local, source.metadata_file, source.line_number)
+        staged[i] = WorkItem(DocumentSource(local, source.metadata_file, source.line_number, source.entry), item.start, item.end)
         renames[local] = source.path
 
     with ThreadPoolExecutor(max_workers=min(_STAGE_THREADS, len(remote))) as pool:
@@ -438,16 +426,18 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
     try:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
         vocab = startup_checks(config, local_vocab).vocab
-        summary = scan_metadata(config.metadata_files, config.input_files_prefix, opener=open_metadata)
+        spool_path = os.path.join(scratch, GROUPS_FILE)
+        summary = _plan(config, spool_path)  # the metadata is read once, here
         options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
         # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
         # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
         build_resources(config.replace(vocab_file=local_vocab))
         work_dir = _prepare_output(config)
         groups_path = _join(work_dir, GROUPS_FILE)
-        n_groups = _write_groups(config, groups_path)
+        _copy_file(spool_path, groups_path)
         log.info(
-            "beam: %d groups of up to %d documents, %d shards", n_groups, config.split_num, config.num_output_files
+            "beam: %d groups of up to %d entries and %d bytes, %d shards", summary.groups, config.split_num,
+            config.group_bytes, config.num_output_files,
         )
         pipeline = beam.Pipeline(options=options)
         # The vocabulary as the user named it (a URL stays a URL), hashed from the bytes shipped to workers.
@@ -485,16 +475,19 @@ def _prepare_output(config: Config) -> str:
     return prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
 
 
-def _write_groups(config: Config, groups_path: str) -> int:
-    """One line per group (its index and sources) for the pipeline to read; returns how many."""
+def _plan(config: Config, spool_path: str) -> MetadataSummary:
+    """Scan the metadata (local or remote) once, writing the planned groups to a local spool."""
     metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
-    n_groups = 0
-    with storage.create(groups_path) as handle:
-        sources_stream = iter_metadata(config.metadata_files, config.input_files_prefix, open_metadata)
-        for group_index, sources in iter_groups(sources_stream, config.split_num):
-            handle.write(encode_group(group_index, sources, metadata_index).encode("ascii") + b"\n")
-            n_groups += 1
-    return n_groups
+    with open(spool_path, "w", encoding="ascii") as spool:
+        return scan_metadata(
+            config.metadata_files, config.input_files_prefix, opener=open_metadata, plan=group_plan(config),
+            on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"),
+        )
+
+
+def _copy_file(local_path: str, destination: str) -> None:
+    with open(local_path, "rb") as src, storage.create(destination) as dst:
+        shutil.copyfileobj(src, dst, _COPY_CHUNK)
 
 
 def _run_pipeline(pipeline, options) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections import Counter, deque
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -20,8 +21,16 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 from ..config import Config, output_settings
 from ..errors import OutputError
 from ..format.manifest import MANIFEST_NAME, build_manifest, load_manifest, local_vocab_identity
-from ..group import GroupResult, Resources, build_resources, process_group
-from ..metadata import DocumentSource, iter_groups, iter_metadata, scan_metadata, split_hash
+from ..group import GroupResult, Resources, build_resources, group_plan, process_group
+from ..metadata import (
+    MetadataSummary,
+    WorkItem,
+    decode_group,
+    encode_group,
+    iter_metadata,
+    scan_metadata,
+    split_hash,
+)
 from ..storage import write_json_atomically
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
 from .startup import StartupInfo, startup_checks
@@ -54,42 +63,46 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="bert_data-parent-watchdog", daemon=True).start()
 
 
-def _init_worker(config: Config, parent_pid: int) -> None:
+def _init_worker(config: Config, parent_pid: int, bytes_read=None) -> None:
     global _WORKER_RESOURCES
     import signal
 
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     _WORKER_RESOURCES = build_resources(config)
+    _WORKER_RESOURCES.bytes_read = bytes_read
 
 
-def _process_in_worker(group_index: int, sources: Sequence[DocumentSource], work_dir: str) -> GroupResult:
+def _process_in_worker(group_index: int, items: Sequence[WorkItem], work_dir: str) -> GroupResult:
     if _WORKER_RESOURCES is None:
         raise RuntimeError("worker initializer did not run")
-    return process_group(group_index, sources, _WORKER_RESOURCES, work_dir)
+    return process_group(group_index, items, _WORKER_RESOURCES, work_dir)
 
 
 def run_groups(
-    config: Config, groups: Iterable[Tuple[int, List[DocumentSource]]], work_dir: str
+    config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None
 ) -> Iterator[GroupResult]:
     """Results in group order. At most ``2 * num_workers`` groups are in flight, so memory
-    (and the metadata read ahead) stays bounded whatever the corpus size."""
+    (and the plan read ahead) stays bounded whatever the corpus size. ``bytes_read`` (a shared
+    ``multiprocessing.Value``) is advanced by the workers as they read, for the progress bar."""
     if config.num_workers == 1:
         resources = build_resources(config)
-        for group_index, sources in groups:
-            yield process_group(group_index, sources, resources, work_dir)
+        resources.bytes_read = bytes_read
+        for group_index, items in groups:
+            yield process_group(group_index, items, resources, work_dir)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
-        max_workers=config.num_workers, mp_context=context, initializer=_init_worker, initargs=(config, os.getpid())
+        max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
+        initargs=(config, os.getpid(), bytes_read),
     ) as pool:
         pending: deque = deque()
         try:
-            for group_index, sources in groups:
-                pending.append(pool.submit(_process_in_worker, group_index, sources, work_dir))
+            for group_index, items in groups:
+                pending.append(pool.submit(_process_in_worker, group_index, items, work_dir))
                 if len(pending) >= 2 * config.num_workers:
                     yield pending.popleft().result()
             while pending:
@@ -198,52 +211,83 @@ def run(
 ) -> Dict:
     """Run the whole job locally; returns the manifest that was written.
 
+    The metadata is read once: the scan checks every entry and plans the groups into a spool
+    file, which the run then reads. ``on_start`` gets the :class:`MetadataSummary` and a live
+    count of input bytes read (``.value``), ``on_group`` every :class:`GroupResult` in order.
+
     Crash safety: groups are merged into partial shards in order and journaled after each
     one; shards get their final names only at the end and ``data_params.json`` is written
     last. A killed run is continued with ``--resume`` to byte-identical output.
     """
     vocab = (startup or startup_checks(config)).vocab
-    select, empty_hint = _split_selector(config)
-    summary = scan_metadata(config.metadata_files, config.input_files_prefix, select, empty_hint)
-    if on_start is not None:  # gets the MetadataSummary (entries, total_bytes) before any group runs
-        on_start(summary)
-    try:
-        prepared = _prepare(config)
-        if prepared is None:
-            log.info("%s is already complete: nothing to resume", config.output_dir)
-            return load_manifest(config.output_dir).data
-        work_dir, assembler, first_group, stats = prepared
+    with tempfile.TemporaryDirectory(prefix="bert_data_plan_") as plan_dir:
+        spool_path = os.path.join(plan_dir, "groups.jsonl")
+        summary = _plan(config, spool_path)
+        import multiprocessing
+
+        bytes_read = multiprocessing.get_context("spawn").Value("q", 0)
+        if on_start is not None:  # the MetadataSummary (entries, total_bytes, groups) before any group runs
+            on_start(summary, bytes_read)
         try:
-            sources = iter_metadata(config.metadata_files, config.input_files_prefix)
-            if select is not None:
-                sources = (source for source in sources if select(source))
-            groups = iter_groups(sources, config.split_num)
-            todo = ((g, sources) for g, sources in groups if g >= first_group)
-            # Each attempt writes fragments into a directory of its own: anything an earlier,
-            # killed attempt left behind (or a worker of it still writing) is never read.
-            attempt_dir = os.path.join(work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
-            os.makedirs(os.path.join(attempt_dir, "fragments"))
-            for result in run_groups(config, todo, attempt_dir):
-                assembler.append(result.fragment_path, result.segments)
-                _crash_point("appended", result.group_index)
-                stats.update(result.stats)
-                assembler.checkpoint(result.group_index + 1, stats)
-                _crash_point("checkpointed", result.group_index)
-                if on_group is not None:
-                    on_group(result)
-            per_shard = assembler.publish()
-        finally:
-            assembler.close()
-        _crash_point("published", 0)
-        manifest = build_manifest(
-            config.to_json(), stats, per_shard, summary, local_vocab_identity(config.vocab_file, len(vocab))
+            return _run_planned(config, spool_path, summary, len(vocab), on_group, bytes_read)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise OutputError(
+                f"writing to --output_dir {config.output_dir} failed: {exc.strerror or exc}{where}; "
+                f"free space and continue with --resume"
+            ) from None
+
+
+def _plan(config: Config, spool_path: str) -> MetadataSummary:
+    """Scan the metadata once, writing the planned groups to ``spool_path``."""
+    select, empty_hint = _split_selector(config)
+    metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
+    with open(spool_path, "w", encoding="ascii") as spool:
+        return scan_metadata(
+            config.metadata_files, config.input_files_prefix, select, empty_hint, plan=group_plan(config),
+            on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"),
         )
-        shutil.rmtree(work_dir, ignore_errors=True)
-        write_json_atomically(os.path.join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise OutputError(
-            f"writing to --output_dir {config.output_dir} failed: {exc.strerror or exc}{where}; "
-            f"free space and continue with --resume"
-        ) from None
+
+
+def _planned_groups(config: Config, spool_path: str, first_group: int) -> Iterator[Tuple[int, List[WorkItem]]]:
+    with open(spool_path, encoding="ascii") as spool:
+        for line in spool:
+            group_index, items = decode_group(line, config.metadata_files)
+            if group_index >= first_group:
+                yield group_index, items
+
+
+def _run_planned(
+    config: Config, spool_path: str, summary: MetadataSummary, vocab_size: int,
+    on_group: Optional[ProgressCallback], bytes_read,
+) -> Dict:
+    prepared = _prepare(config)
+    if prepared is None:
+        log.info("%s is already complete: nothing to resume", config.output_dir)
+        return load_manifest(config.output_dir).data
+    work_dir, assembler, first_group, stats = prepared
+    bytes_read.value = stats["input_bytes"]  # what the groups journaled before a resume had read
+    try:
+        # Each attempt writes fragments into a directory of its own: anything an earlier,
+        # killed attempt left behind (or a worker of it still writing) is never read.
+        attempt_dir = os.path.join(work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
+        os.makedirs(os.path.join(attempt_dir, "fragments"))
+        todo = _planned_groups(config, spool_path, first_group)
+        for result in run_groups(config, todo, attempt_dir, bytes_read):
+            assembler.append(result.fragment_path, result.segments)
+            _crash_point("appended", result.group_index)
+            stats.update(result.stats)
+            assembler.checkpoint(result.group_index + 1, stats)
+            _crash_point("checkpointed", result.group_index)
+            if on_group is not None:
+                on_group(result)
+        per_shard = assembler.publish()
+    finally:
+        assembler.close()
+    _crash_point("published", 0)
+    manifest = build_manifest(
+        config.to_json(), stats, per_shard, summary, local_vocab_identity(config.vocab_file, vocab_size)
+    )
+    shutil.rmtree(work_dir, ignore_errors=True)
+    write_json_atomically(os.path.join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
     return manifest

@@ -58,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(inst, "max_predictions_per_seq", f"masked positions per instance at most (default {d.max_predictions_per_seq})", type=int)
     _bool_flag(inst, "mask_whole_word", f"mask every WordPiece of a word together (default {d.mask_whole_word})")
     _flag(inst, "seed", f"random seed; same seed and input give byte-identical output (default {d.seed})", type=int)
-    _flag(inst, "split_num", f"documents per group: the unit of work, memory and NSP negatives (default {d.split_num})", type=int)
+    _flag(inst, "split_num", f"metadata entries per group at most: the unit of work, memory and NSP negatives (default {d.split_num})", type=int)
+    _flag(inst, "group_bytes", "a group's text at most, e.g. 8M: bounds a worker's memory; a larger file spans several "
+          "groups (default 8M)", type=_byte_size)
+    _flag(inst, "max_document_chars", "longer documents are cut into consecutive pieces at line breaks, counted in "
+          "data_params.json (default 1M)", type=_byte_size)
 
     out = parser.add_argument_group("output")
     _flag(out, "output_dir", f"where shards and data_params.json go (default {d.output_dir})")
@@ -138,7 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             manifests = {"": run_beam(config, pipeline_args)}
         else:
-            with RunProgress(config.split_num, stream=sys.stderr, quiet=bool(args.quiet)) as progress:
+            with RunProgress(stream=sys.stderr, quiet=bool(args.quiet)) as progress:
                 manifests = run_job(config, on_group=progress.update, on_start=progress.start)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
@@ -183,6 +187,20 @@ def _split_pipeline_args(argv: Optional[Sequence[str]]):
 
 def entry_point() -> None:
     sys.exit(main())
+
+
+def _byte_size(text: str) -> int:
+    """A size: an integer with an optional K, M or G suffix (powers of 1024), e.g. 8M."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    body = text.strip().upper().removesuffix("B")
+    scale = units.get(body[-1:], 1)
+    try:
+        value = float(body[:-1] if scale > 1 else body) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r} (an integer, or with K, M or G: 8M)") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r}")
+    return int(value)
 
 
 def _token_count(text: str) -> int:
