@@ -182,10 +182,9 @@ def validate(config: Config) -> None:
         )
     if not 1 << 16 <= config.group_bytes <= 1 << 34:
         raise ConfigError(f"--group_bytes {config.group_bytes} must be between 64K and 16G (default 8M)")
-    if not 1000 <= config.max_document_chars <= config.group_bytes:
+    if not 1000 <= config.max_document_chars <= 1 << 34:
         raise ConfigError(
-            f"--max_document_chars {config.max_document_chars} must be at least 1000 and at most --group_bytes "
-            f"{config.group_bytes}"
+            f"--max_document_chars {config.max_document_chars} must be between 1000 and 16G (default 1M)"
         )
     for name in ("dupe_factor", "num_output_files", "split_num", "num_workers"):
         if getattr(config, name) < 1:

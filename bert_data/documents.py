@@ -379,6 +379,9 @@ class _JsonlConsumer:
         self.buffer = "" if final else lines.pop()
         out: List[str] = []
         for line in lines:
+            if len(line) > MAX_JSON_LINE_CHARS:
+                self._skip(SKIP_LINE_TOO_LONG)
+                continue
             out.extend(self._parse(line))
         if len(self.buffer) > MAX_JSON_LINE_CHARS:
             self._skip(SKIP_LINE_TOO_LONG)
@@ -585,7 +588,10 @@ def _iter_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) ->
             position += len(line)
             stats["input_bytes"] += len(line)
             yield from consumer.feed(decode(line))
-    if owned or item.first:
+    at_end = position >= os.fstat(handle.fileno()).st_size
+    if options.separator is not None and not at_end:
+        decode(b"", final=True)  # the last owned line ended at a separator: what follows is the next range's
+    elif owned or item.first:
         yield from consumer.feed(decode(b"", final=True), final=True)
     elif options.input_format == "text" and options.separator is None:
         stats["documents_split.extra_pieces"] -= 1  # this range starts inside a line that runs past its end

@@ -86,7 +86,7 @@ def read_options(config: Config) -> ReadOptions:
     separator = config.multiple_docs_separator if config.multiple_docs_in_single_file else None
     return ReadOptions(
         input_format=config.input_format, text_key=config.text_key, separator=separator,
-        max_document_chars=config.max_document_chars,
+        max_document_chars=min(config.max_document_chars, config.group_bytes),  # a piece fits in a unit
     )
 
 
