@@ -4,6 +4,7 @@
     python scripts/benchmark.py                                  # ../shared/corpus, 1 worker, 3 runs
     python scripts/benchmark.py --workers 1 2 --dupe_factor 1 --json bench.json
     python scripts/benchmark.py --replicate 4 --dupe_factor 1    # corpus 4x larger, distinct documents
+    python scripts/benchmark.py --shape jsonl --replicate 5 --workers 1 2   # one ~50 MB JSON Lines file
 
 Every measured run is a fresh child process (``--child``) that builds a ``Config`` with
 ``build_config`` and calls ``bert_data.runners.local.run(config, on_group=...)``; it sums
@@ -67,11 +68,64 @@ def _distinct_copy(data: bytes, header: str) -> bytes:
     return (header + "\n\n").encode("utf-8") + data
 
 
-def prepare_corpus(corpus: Path, replicate: int, work_dir: Path) -> Dict[str, object]:
+SHAPES = ("files", "jsonl", "jsonl_gz", "books")
+
+
+def _texts(corpus: Path, docs: List[str], replicate: int):
+    """Every document of every copy, as text (copies made distinct by a first paragraph)."""
+    for k in range(1, replicate + 1):
+        for rel in docs:
+            data = (corpus / rel).read_bytes()
+            if replicate > 1:
+                data = _distinct_copy(data, f"Copy {k} of {Path(rel).name}.")
+            for bom, encoding in _BOMS:
+                if data.startswith(bom):
+                    yield data[len(bom):].decode(encoding, "replace")
+                    break
+            else:
+                yield data.decode("utf-8", "replace")
+
+
+def prepare_shape(corpus: Path, replicate: int, work_dir: Path, shape: str) -> Dict[str, object]:
+    """The corpus in another input shape: one big JSON Lines file (``jsonl``), the same gzipped
+    (``jsonl_gz``, read streaming as one group), or 4 book-sized documents per copy (``books``:
+    one document per file, each the concatenation of a quarter of the corpus)."""
+    docs = list_documents(corpus)
+    prefix = work_dir / "shaped"
+    prefix.mkdir(parents=True, exist_ok=True)
+    metadata = work_dir / "metadata.txt"
+    if shape in ("jsonl", "jsonl_gz"):
+        name = "corpus.jsonl" + (".gz" if shape == "jsonl_gz" else "")
+        import gzip
+
+        opener = gzip.open if shape == "jsonl_gz" else open
+        with opener(prefix / name, "wt", encoding="utf-8") as handle:
+            for text in _texts(corpus, docs, replicate):
+                handle.write(json.dumps({"text": text}) + "\n")
+        entries = [name]
+        n_docs = len(docs) * replicate
+    else:  # books
+        entries = []
+        texts = list(_texts(corpus, docs, replicate))
+        quarter = max(1, len(texts) // (4 * replicate))
+        for b in range(0, len(texts), quarter):
+            name = f"book{b // quarter:03d}.txt"
+            (prefix / name).write_text("\n\n".join(texts[b : b + quarter]) + "\n", encoding="utf-8")
+            entries.append(name)
+        n_docs = len(entries)
+    metadata.write_text("\n".join(entries) + "\n", encoding="utf-8")
+    total = sum((prefix / e).stat().st_size for e in entries)
+    return {"metadata": str(metadata), "prefix": str(prefix), "documents": n_docs, "bytes": total,
+            "input_format": "jsonl" if shape.startswith("jsonl") else "text"}
+
+
+def prepare_corpus(corpus: Path, replicate: int, work_dir: Path, shape: str = "files") -> Dict[str, object]:
     """Write the metadata file (and, for ``replicate`` > 1, K distinct copies of every document)."""
     docs = list_documents(corpus)
     if not docs:
         raise SystemExit(f"benchmark: no *.txt files under {corpus}")
+    if shape != "files":
+        return prepare_shape(corpus, replicate, work_dir, shape)
     metadata = work_dir / "metadata.txt"
     if replicate <= 1:
         prefix = corpus
@@ -89,7 +143,8 @@ def prepare_corpus(corpus: Path, replicate: int, work_dir: Path) -> Dict[str, ob
                 entries.append(name)
     metadata.write_text("\n".join(entries) + "\n", encoding="utf-8")
     total = sum((prefix / e).stat().st_size for e in entries)
-    return {"metadata": str(metadata), "prefix": str(prefix), "documents": len(entries), "bytes": total}
+    return {"metadata": str(metadata), "prefix": str(prefix), "documents": len(entries), "bytes": total,
+            "input_format": "text"}
 
 
 # --- RSS of a process tree ------------------------------------------------------------------
@@ -149,6 +204,15 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+def cpu_ticks(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime (own, not reaped children's)
+
+
 class TreeRssSampler(threading.Thread):
     """Max over time of the summed VmRSS of ``pid`` and all its descendants."""
 
@@ -159,11 +223,22 @@ class TreeRssSampler(threading.Thread):
         self.peak_kb = 0
         self.max_processes = 0
         self.samples = 0
+        self.cpu_ticks: Dict[int, int] = {}  # pid -> utime + stime at its last sample
         self._halt = threading.Event()
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of every process ever seen in the tree (workers forked by a fork server are
+        not reaped by the coordinator, so rusage cannot see them; sampling can)."""
+        return sum(self.cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")
 
     def run(self) -> None:
         while not self._halt.is_set():
             pids = process_tree(self.pid)
+            for p in pids:
+                ticks = cpu_ticks(p)
+                if ticks is not None:
+                    self.cpu_ticks[p] = ticks
             total = sum(rss_kb(p) for p in pids)
             self.peak_kb = max(self.peak_kb, total)
             self.max_processes = max(self.max_processes, len(pids))
@@ -259,7 +334,11 @@ def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object
     result = json.loads(line[len("BENCH_RESULT ") :])
     result["process_wall_s"] = process_wall
     tree_cpu = (usage_after.ru_utime - usage_before.ru_utime) + (usage_after.ru_stime - usage_before.ru_stime)
+    # rusage misses workers of a fork server (never reaped by the coordinator): take the larger
+    tree_cpu = max(tree_cpu, sampler.cpu_s)
     result["process_cpu_s"] = tree_cpu  # whole child process incl. interpreter start-up and imports
+    # CPU over run() only: the child's own figure misses fork-server workers; add what it missed
+    result["cpu_s"] = max(result["cpu_s"], tree_cpu - (result["process_wall_s"] - result["wall_s"]))
     # The noise figure: cores that *other* processes kept busy while this run was going.
     result["other_cores"] = max(0.0, (busy_after - busy_before - tree_cpu) / process_wall)
     result["loadavg_1min_before"] = load_before
@@ -271,6 +350,7 @@ def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object
     result["docs_per_s"] = result["documents_read"] / wall
     result["instances_per_s"] = result["instances"] / wall
     result["mb_per_cpu_s"] = result["input_bytes"] / 1e6 / result["cpu_s"]
+    result["cores_busy"] = result["cpu_s"] / wall  # CPU seconds / wall seconds over the whole process tree
     total = sum(result["stage_seconds"].values()) or 1.0
     result["stage_share"] = {s: result["stage_seconds"][s] / total for s in STAGES}
     return result
@@ -281,7 +361,7 @@ def _summary(values: Sequence[float]) -> Dict[str, float]:
 
 
 def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
-    keys = ("mb_per_s", "docs_per_s", "instances_per_s", "peak_rss_tree_mb", "wall_s", "process_wall_s",
+    keys = ("mb_per_s", "cores_busy", "docs_per_s", "instances_per_s", "peak_rss_tree_mb", "wall_s", "process_wall_s",
             "cpu_s", "mb_per_cpu_s", "other_cores", "loadavg_1min_before", "peak_rss_coordinator_mb",
             "peak_rss_largest_worker_mb")
     out: Dict[str, object] = {k: _summary([r[k] for r in runs]) for k in keys}
@@ -300,6 +380,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--vocab_file", default=str(SHARED / "vocab" / "bert-base-uncased-vocab.txt"))
     parser.add_argument("--do_lower_case", default=True, action=argparse.BooleanOptionalAction)
     parser.add_argument("--replicate", type=int, default=1, help="K distinct copies of every document (default 1)")
+    parser.add_argument("--shape", choices=SHAPES, default="files",
+                        help="input shape: one document per file (default), one big JSON Lines file, the same "
+                             "gzipped, or 4 book-sized documents per copy")
+    parser.add_argument("--group_bytes", default=None, help="--group_bytes for the runs (default: the tool's)")
     parser.add_argument("--dupe_factor", type=int, default=10)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--max_predictions_per_seq", type=int, default=20)
@@ -321,9 +405,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--corpus {corpus} is not a directory")
     work_dir = Path(tempfile.mkdtemp(prefix="bert_data_bench_", dir=args.work_dir))
     try:
-        info = prepare_corpus(corpus, args.replicate, work_dir)
+        info = prepare_corpus(corpus, args.replicate, work_dir, args.shape)
         print(
-            f"corpus {corpus} x{args.replicate}: {info['documents']} documents, {info['bytes'] / 1e6:.2f} MB; "
+            f"corpus {corpus} x{args.replicate} as {args.shape}: {info['documents']} documents, "
+            f"{info['bytes'] / 1e6:.2f} MB; "
             f"dupe_factor {args.dupe_factor}, max_seq_length {args.max_seq_length}, split_num {args.split_num}, "
             f"compression {args.compression}; {args.runs} runs per worker count",
             flush=True,
@@ -347,13 +432,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "seed": args.seed,
                     "num_workers": workers,
                     "output_dir": str(out_dir),
+                    "input_format": info["input_format"],
                 }
+                if args.group_bytes:
+                    spec["group_bytes"] = _size(args.group_bytes)
                 result = measure_once(spec, args.sample_ms / 1000.0)
                 shutil.rmtree(out_dir, ignore_errors=True)
                 runs.append(result)
                 print(
                     f"  workers {workers} run {i + 1}: {result['mb_per_s']:.3f} MB/s, {result['wall_s']:.1f} s, "
-                    f"peak RSS {result['peak_rss_tree_mb']:.0f} MB, CPU {result['cpu_s']:.1f} s, "
+                    f"peak RSS {result['peak_rss_tree_mb']:.0f} MB, CPU {result['cpu_s']:.1f} s "
+                    f"({result['cores_busy']:.2f} cores busy), "
                     f"others used {result['other_cores']:.1f} cores",
                     flush=True,
                 )
@@ -373,6 +462,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1:].upper() in units else int(text)
+
+
 def report(results: Dict[int, Dict[str, object]]) -> None:
     def fmt(s: Dict[str, float], digits: int) -> str:
         return f"{s['median']:.{digits}f} [{s['min']:.{digits}f}..{s['max']:.{digits}f}]"
@@ -388,6 +482,7 @@ def report(results: Dict[int, Dict[str, object]]) -> None:
         print(f"  instances/s    {fmt(s['instances_per_s'], 0)}")
         print(f"  wall s (run)   {fmt(s['wall_s'], 2)}  (process {fmt(s['process_wall_s'], 2)})")
         print(f"  CPU s (run)    {fmt(s['cpu_s'], 2)}  -> {fmt(s['mb_per_cpu_s'], 3)} MB per CPU-s (all processes of the run)")
+        print(f"  cores busy     {fmt(s['cores_busy'], 2)}  (CPU s / wall s, whole process tree)")
         print(f"  other load     {fmt(s['other_cores'], 2)} cores busy with other processes during the runs")
         detail = f"process tree, {s['max_processes']} processes"
         if workers == 1:

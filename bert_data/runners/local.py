@@ -40,9 +40,21 @@ log = logging.getLogger("bert_data")
 _WORKER_RESOURCES: Optional[Resources] = None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """A worker must not outlive its coordinator (kill -9, OOM killer): it would keep computing
-    and hold the coordinator's pipes open. Linux: PR_SET_PDEATHSIG; elsewhere: a watchdog."""
+    and hold the coordinator's pipes open. Linux: PR_SET_PDEATHSIG (a forked worker's parent is
+    the fork server, which exits when the coordinator does); everywhere: a watchdog thread that
+    polls the coordinator itself."""
     import signal
     import threading
 
@@ -54,11 +66,11 @@ def _die_with_parent(parent_pid: int) -> None:
         pass
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
+        while _alive(parent_pid):
             time.sleep(0.5)
         os._exit(1)
 
-    if os.getppid() != parent_pid:
+    if not _alive(parent_pid):
         os._exit(1)
     threading.Thread(target=watch, name="bert_data-parent-watchdog", daemon=True).start()
 
@@ -91,10 +103,9 @@ def run_groups(
         for group_index, items in groups:
             yield process_group(group_index, items, resources, work_dir)
         return
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    context = multiprocessing.get_context("spawn")
+    context = worker_context()
     with ProcessPoolExecutor(
         max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
         initargs=(config, os.getpid(), bytes_read),
@@ -116,6 +127,35 @@ def run_groups(
                 process.terminate()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
+
+
+# What a worker imports before its first group: preloaded once by the fork server, so N workers
+# do not each spend ~1.5 CPU-seconds importing spaCy and the tokenizer.
+_PRELOAD = ["bert_data.group", "bert_data.sentences", "bert_data.tokenization", "spacy"]
+
+
+def worker_context():
+    """Workers come from a fork server that has imported the pipeline once (Linux; elsewhere,
+    spawn). Never plain fork: the coordinator may hold threads (progress, tokenizers)."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOAD)
+    return context
+
+
+def start_fork_server(config: Config) -> None:
+    """Start the fork server (and its imports) now, so they overlap the coordinator's own
+    start-up checks and metadata scan; a no-op for in-process runs or where there is none."""
+    if config.num_workers == 1:
+        return
+    context = worker_context()
+    if context.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
 
 
 ProgressCallback = Callable[[GroupResult], None]
@@ -219,6 +259,7 @@ def run(
     one; shards get their final names only at the end and ``data_params.json`` is written
     last. A killed run is continued with ``--resume`` to byte-identical output.
     """
+    start_fork_server(config)
     vocab = (startup or startup_checks(config)).vocab
     with tempfile.TemporaryDirectory(prefix="bert_data_plan_") as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
