@@ -58,6 +58,7 @@ class Config:
     # --- input formats ---
     input_format: str = "text"  # "text": a file is a document; "jsonl": one JSON object per line is one
     text_key: str = "text"  # jsonl: the key holding a document's text
+    input_encoding: str = "utf-8"  # documents' encoding when not UTF-8 (UTF-16/32 with a BOM are detected anyway)
     # --- training objective (MLM-only / SOP) ---
     mlm_only: bool = False  # windows of [CLS] ... [SEP], masked-LM features only (no segment_ids / NSP label)
     sentence_order_prediction: bool = False  # ALBERT SOP: next_sentence_labels 1 = A and B swapped
@@ -222,6 +223,14 @@ def _validate_inputs(config: Config) -> None:
 
     if config.input_format not in INPUT_FORMATS:
         raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {config.input_format!r}")
+    import codecs
+
+    try:
+        codecs.lookup(config.input_encoding)
+    except (LookupError, TypeError):
+        raise ConfigError(
+            f"--input_encoding {config.input_encoding!r} is not a text encoding Python knows (e.g. utf-8, latin-1, cp1252)"
+        ) from None
     if not isinstance(config.text_key, str) or not config.text_key:
         raise ConfigError(f"--text_key must be a non-empty JSON key, got {config.text_key!r}")
     if config.input_format == "jsonl" and config.multiple_docs_in_single_file:

@@ -282,6 +282,7 @@ class ReadOptions:
     text_key: str = "text"
     separator: Optional[str] = None  # split a file into documents on this, or None: one document per file
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
+    encoding: str = "utf-8"  # --input_encoding: files without a UTF-16/32 byte-order mark are in this
 
     @property
     def line_oriented(self) -> bool:
@@ -416,10 +417,10 @@ def _consumer(options: ReadOptions, stats: Counter):
 # --- the streaming reader --------------------------------------------------------------------
 
 
-def _encoding_of(head: bytes, input_format: str) -> Optional[str]:
+def _encoding_of(head: bytes, input_format: str, declared: str = "utf-8") -> Optional[str]:
     """The decoder for a stream starting with ``head``, or None when it looks binary: UTF-32 or
-    UTF-16 by BOM, else UTF-8 (a BOM dropped) unless a NUL byte is in the first 8 KiB (for JSON
-    Lines: in the first line only, so one bad line is skipped alone, not the file)."""
+    UTF-16 by BOM, else the declared encoding (UTF-8: a BOM dropped) unless a NUL byte is in the
+    first 8 KiB (for JSON Lines: in the first line only, so one bad line is skipped alone)."""
     if head.startswith(codecs.BOM_UTF32_LE) or head.startswith(codecs.BOM_UTF32_BE):
         return "utf-32"
     if head.startswith(codecs.BOM_UTF16_LE) or head.startswith(codecs.BOM_UTF16_BE):
@@ -428,7 +429,9 @@ def _encoding_of(head: bytes, input_format: str) -> Optional[str]:
     if input_format == "jsonl":
         newline = sniff.find(b"\n")
         sniff = sniff if newline < 0 else sniff[:newline]
-    return None if b"\x00" in sniff else "utf-8-sig"
+    if b"\x00" in sniff:
+        return None
+    return "utf-8-sig" if codecs.lookup(declared).name == "utf-8" else declared
 
 
 class _Decoder:
@@ -459,9 +462,12 @@ def iter_documents(items: Sequence[WorkItem], options: ReadOptions, stats: Count
     a document longer than ``max_document_chars`` is emitted in pieces. Every document and skip
     is counted in ``stats`` (``documents.read``, ``skipped.<reason>``, ``input_bytes``, ...)."""
     for item in items:
+        replaced = stats["replaced_bytes"]
         for document in _iter_item(item, options, stats):
             stats["documents.read"] += 1
             yield document
+        if stats["replaced_bytes"] > replaced:  # which files were not clean text (the run warns with the worst)
+            stats[f"replaced_in.{item.source.path}"] += stats["replaced_bytes"] - replaced
 
 
 def _iter_item(item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator[str]:
@@ -501,14 +507,14 @@ def _iter_whole(handle, source: DocumentSource, options: ReadOptions, stats: Cou
     size = os.fstat(handle.fileno()).st_size
     try:
         first = _first_bytes(chunks)
-        encoding = _encoding_of(first, options.input_format)
+        encoding = _encoding_of(first, options.input_format, options.encoding)
         if encoding is None:  # binary: decided from the first 8 KiB, the rest is never read
             stats["input_bytes"] += size - raw.bytes_read  # (the finally adds what was read)
             if compression:
                 stats[f"decompressed.{compression}"] += 1
             _skip_file(stats, SKIP_BINARY)
             return
-        if encoding in ("utf-16", "utf-32"):
+        if encoding != "utf-8-sig":
             stats[f"decoded_as.{encoding}"] += 1
         decode = _Decoder(encoding, stats)
         yield from consumer.feed(decode(first))
@@ -558,7 +564,8 @@ def _iter_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) ->
     a range skips the partial line it starts in, and reads past its end to finish its last
     line), as the documents they hold. Only the first range of a file counts per-file facts."""
     head = os.pread(handle.fileno(), _BINARY_SNIFF_BYTES, 0)
-    if _encoding_of(head, options.input_format) != "utf-8-sig":
+    encoding = _encoding_of(head, options.input_format, options.encoding)
+    if encoding is None or encoding.startswith(("utf-16", "utf-32")):
         if item.first:  # planning never ranges compressed or UTF-16/32 files; binary ones are skipped whole
             stats["input_bytes"] += os.fstat(handle.fileno()).st_size
             _skip_file(stats, SKIP_BINARY)
@@ -567,7 +574,9 @@ def _iter_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) ->
     handle.seek(position)
     if position > 0 and os.pread(handle.fileno(), 1, position - 1) != b"\n":
         position += _skip_line(handle)
-    decode = _Decoder("utf-8-sig" if item.first else "utf-8", stats)
+    if item.first and encoding != "utf-8-sig":
+        stats[f"decoded_as.{encoding}"] += 1
+    decode = _Decoder(encoding if item.first or encoding != "utf-8-sig" else "utf-8", stats)
     consumer = _consumer(options, stats)
     if options.input_format == "text" and options.separator is None:  # one document per file, cut by ranges
         consumer.pieces.cut = True  # counted here, once per file, not again by the piece cutter
@@ -617,7 +626,21 @@ def can_range(source: DocumentSource, options: ReadOptions) -> bool:
             head = handle.read(_MAGIC_BYTES)
     except OSError:
         return False  # the reader reports it
-    return sniff_compression(head, source.path) is None and _encoding_of(head, "text") == "utf-8-sig"
+    if sniff_compression(head, source.path) is not None:
+        return False
+    encoding = _encoding_of(head, "text", options.encoding)
+    return encoding is not None and _ascii_compatible(encoding)
+
+
+def _ascii_compatible(encoding: str) -> bool:
+    """ASCII bytes mean ASCII characters (so a newline is the byte 0x0a and never half of another
+    character, and a range snapped to a line start decodes correctly): UTF-8, Latin-1, cp1252, ..."""
+    if encoding == "utf-8-sig":
+        return True
+    try:
+        return "".join(map(chr, range(128))).encode(encoding) == bytes(range(128))
+    except (UnicodeError, LookupError):
+        return False
 
 
 def read_source(

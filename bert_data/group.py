@@ -87,6 +87,7 @@ def read_options(config: Config) -> ReadOptions:
     return ReadOptions(
         input_format=config.input_format, text_key=config.text_key, separator=separator,
         max_document_chars=min(config.max_document_chars, config.group_bytes),  # a piece fits in a unit
+        encoding=config.input_encoding,
     )
 
 
@@ -223,8 +224,9 @@ def _reporting_bytes(documents: Iterator[str], stats: Counter, counter) -> Itera
     def report() -> None:
         nonlocal reported
         if counter is not None and stats["input_bytes"] != reported:
-            with counter.get_lock():
-                counter.value += stats["input_bytes"] - reported
+            # unlocked on purpose: a lost update between two workers only blurs the progress bar,
+            # and a lock would need a semaphore that a kill -9 leaks (with a warning)
+            counter.value += stats["input_bytes"] - reported
             reported = stats["input_bytes"]
 
     for document in documents:

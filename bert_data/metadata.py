@@ -59,6 +59,9 @@ def parse_metadata_line(line: str, prefix: str) -> Optional[str]:
     return os.path.join(prefix, entry)
 
 
+MAX_METADATA_LINE = 1 << 16  # a path per line: a longer line means this is not a metadata file
+
+
 def iter_metadata(
     metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_local, digest=None
 ) -> Iterator[DocumentSource]:
@@ -81,7 +84,12 @@ def iter_metadata(
         with handle:
             if digest is not None:
                 digest.update(f"\0{len(metadata_file)}:{metadata_file}\0".encode("utf-8", "surrogateescape"))
-            for line_number, raw in enumerate(handle, start=1):
+            for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_METADATA_LINE + 1), b""), start=1):
+                if len(raw) > MAX_METADATA_LINE:
+                    raise MetadataError(
+                        f"metadata file {metadata_file}, line {line_number}: longer than {MAX_METADATA_LINE} bytes "
+                        "(a metadata file lists one document path per line; is this a document?)"
+                    )
                 if digest is not None:
                     digest.update(raw)
                 if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):

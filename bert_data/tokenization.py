@@ -180,7 +180,7 @@ def case_mismatch_warning(vocab: dict[str, int], do_lower_case: bool) -> str | N
         return (
             "the vocabulary looks cased (many tokens contain uppercase letters) but "
             "--do_lower_case is set: all text will be lowercased and the cased tokens never used; "
-            "pass --do_lower_case=false for a cased vocabulary"
+            "pass --no-do_lower_case for a cased vocabulary"
         )
     if not cased and not do_lower_case:
         return (

@@ -19,7 +19,7 @@ from collections import Counter, deque
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import Config, output_settings
-from ..errors import OutputError
+from ..errors import BertDataError, OutputError
 from ..format.manifest import MANIFEST_NAME, build_manifest, load_manifest, local_vocab_identity
 from ..group import GroupResult, Resources, build_resources, group_plan, process_group
 from ..metadata import (
@@ -37,17 +37,32 @@ from .startup import StartupInfo, startup_checks
 
 log = logging.getLogger("bert_data")
 
+
+class WorkerDiedError(BertDataError):
+    """A worker process died mid-run; the journal is intact and ``--resume`` continues."""
+
+    exit_code = 3
+
 _WORKER_RESOURCES: Optional[Resources] = None
 
 
 def _alive(pid: int) -> bool:
+    """Running, not a zombie: a SIGKILLed coordinator stays a zombie until its own parent reaps
+    it, and a worker that waited for that could wait forever (its fork server waits for it)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    except (OSError, IndexError):  # no /proc (not Linux): existence is the best we can tell
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    return True
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -88,6 +103,7 @@ def _init_worker(config: Config, parent_pid: int, bytes_read=None) -> None:
 def _process_in_worker(group_index: int, items: Sequence[WorkItem], work_dir: str) -> GroupResult:
     if _WORKER_RESOURCES is None:
         raise RuntimeError("worker initializer did not run")
+    _crash_point("worker", group_index)  # test hook: this worker is killed (as by the OOM killer)
     return process_group(group_index, items, _WORKER_RESOURCES, work_dir)
 
 
@@ -104,29 +120,83 @@ def run_groups(
             yield process_group(group_index, items, resources, work_dir)
         return
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     context = worker_context()
     with ProcessPoolExecutor(
         max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
         initargs=(config, os.getpid(), bytes_read),
     ) as pool:
-        pending: deque = deque()
+        pending: deque = deque()  # (group index, future), in group order
         try:
             for group_index, items in groups:
-                pending.append(pool.submit(_process_in_worker, group_index, items, work_dir))
+                pending.append((group_index, pool.submit(_process_in_worker, group_index, items, work_dir)))
                 if len(pending) >= 2 * config.num_workers:
-                    yield pending.popleft().result()
+                    yield pending.popleft()[1].result()
             while pending:
-                yield pending.popleft().result()
+                yield pending.popleft()[1].result()
+        except BrokenProcessPool:
+            error = _worker_died(pool, pending)  # before the others are stopped (their exit codes change)
+            _stop_pool(pool, pending)
+            raise error from None
         except BaseException:
-            # Stop promptly (Ctrl-C, a failed group): cancel queued groups and end the workers;
-            # their fragments are discarded and remade by --resume.
-            for future in pending:
-                future.cancel()
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_pool(pool, pending)
             raise
+
+
+def _worker_died(pool, pending: deque) -> "WorkerDiedError":
+    """A worker that died (OOM killer, kill -9, a crash in a native library) becomes one line
+    naming the groups in flight and how to continue."""
+    in_flight = [g for g, _ in pending]
+    how = _how_workers_died(pool)
+    if not in_flight:
+        groups = "the run"
+    elif len(in_flight) == 1:
+        groups = f"group {in_flight[0]} was being made"
+    else:
+        groups = f"groups {in_flight[0]}-{in_flight[-1]} were being made"
+    hint = " and fewer --num_workers or a smaller --group_bytes" if "SIGKILL" in how else ""
+    return WorkerDiedError(
+        f"a worker process died{how} while {groups}; nothing was published: continue with --resume (same flags){hint}"
+    )
+
+
+def _how_workers_died(pool) -> str:
+    import signal
+
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        code = process.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f" (killed by {name}{': out of memory?' if name == 'SIGKILL' else ''})"
+        if code not in (None, 0):
+            return f" (exit code {code})"
+    return ""
+
+
+def _stop_pool(pool, pending: deque) -> None:
+    """Stop promptly (Ctrl-C, a failed group): cancel queued groups and end the workers; their
+    fragments are discarded and remade by --resume. The executor's manager thread may still be
+    handing back results of futures just cancelled: its errors then (InvalidStateError and
+    friends) are noise of the shutdown, not failures, and must not print a traceback."""
+    import threading
+
+    previous = threading.excepthook
+
+    def quiet(args) -> None:
+        if args.thread is not None and "ExecutorManagerThread" in type(args.thread).__name__:
+            return
+        previous(args)
+
+    threading.excepthook = quiet
+    for _, future in pending:
+        future.cancel()
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 # What a worker imports before its first group: preloaded once by the fork server, so N workers
@@ -153,9 +223,21 @@ def start_fork_server(config: Config) -> None:
         return
     context = worker_context()
     if context.get_start_method() == "forkserver":
+        import signal
+        import threading
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()
+        if threading.current_thread() is not threading.main_thread():
+            forkserver.ensure_running()
+            return
+        # Ctrl-C reaches every process of the terminal's group: the server (and the workers it
+        # forks) start with SIGINT ignored, so only the coordinator handles it (one line, 130),
+        # never a KeyboardInterrupt traceback from a server still importing its preloads.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 ProgressCallback = Callable[[GroupResult], None]
@@ -163,7 +245,9 @@ ProgressCallback = Callable[[GroupResult], None]
 
 def _crash_point(stage: str, group_index: int) -> None:
     """Test hook: ``BERT_DATA_CRASH_AT=stage:group`` kills this process with SIGKILL right there,
-    so tests can check that every kill point leaves a resumable, never complete-looking, state."""
+    so tests can check that every kill point leaves a resumable, never complete-looking, state.
+    Stages: ``appended``, ``checkpointed``, ``published`` (the coordinator), ``worker`` (the
+    worker process about to make that group)."""
     target = os.environ.get("BERT_DATA_CRASH_AT")
     if target and target == f"{stage}:{group_index}":
         import signal
@@ -266,7 +350,7 @@ def run(
         summary = _plan(config, spool_path)
         import multiprocessing
 
-        bytes_read = multiprocessing.get_context("spawn").Value("q", 0)
+        bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)
         if on_start is not None:  # the MetadataSummary (entries, total_bytes, groups) before any group runs
             on_start(summary, bytes_read)
         try:
@@ -318,11 +402,18 @@ def _run_planned(
             assembler.append(result.fragment_path, result.segments)
             _crash_point("appended", result.group_index)
             stats.update(result.stats)
+            _keep_worst(stats, "replaced_in.", 10)
             assembler.checkpoint(result.group_index + 1, stats)
             _crash_point("checkpointed", result.group_index)
             if on_group is not None:
                 on_group(result)
+        if not stats["instances"]:
+            raise NothingUsableError(_nothing_usable(stats))
         per_shard = assembler.publish()
+    except NothingUsableError:
+        assembler.close()
+        shutil.rmtree(work_dir, ignore_errors=True)  # nothing to resume: the corrected rerun starts clean
+        raise
     finally:
         assembler.close()
     _crash_point("published", 0)
@@ -331,4 +422,59 @@ def _run_planned(
     )
     shutil.rmtree(work_dir, ignore_errors=True)
     write_json_atomically(os.path.join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
+    for warning in quality_warnings(stats, manifest):
+        log.warning(warning)
     return manifest
+
+
+class NothingUsableError(BertDataError):
+    """Every document was skipped, or none made an instance: nothing is published (exit 2)."""
+
+
+def _nothing_usable(stats: Counter) -> str:
+    skipped = {k.split(".", 1)[1]: v for k, v in sorted(stats.items()) if k.startswith("skipped.") and v}
+    reasons = ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
+    read, used = stats["documents.read"], stats["documents.used"]
+    if not used:
+        return f"no usable document: all {read} document(s) read were skipped ({reasons}); nothing was published"
+    unpaired = stats["nsp_negatives_unavailable"] + stats["sop_single_segment_chunks"]
+    return (
+        f"no instance could be made from the {used} usable document(s) ({unpaired} one-sentence chunk(s) had no "
+        f"partner; skipped: {reasons}); give more or longer documents per group (--split_num); nothing was published"
+    )
+
+
+def _keep_worst(stats: Counter, prefix: str, keep: int) -> None:
+    """Only the ``keep`` largest ``prefix*`` counters stay (the journal stays small)."""
+    keys = sorted((k for k in stats if k.startswith(prefix)), key=lambda k: -stats[k])
+    for key in keys[keep:]:
+        del stats[key]
+
+
+UNK_WARNING_RATE = 0.05  # above this share of [UNK] tokens the run warns: probably the wrong vocabulary
+
+
+def quality_warnings(stats: Counter, manifest: Dict) -> List[str]:
+    """What a finished run must say on the console, not only in the manifest."""
+    out = []
+    replaced = manifest.get("replaced_bytes", 0)
+    if replaced:
+        worst = sorted(((k.split(".", 1)[1], v) for k, v in stats.items() if k.startswith("replaced_in.")),
+                       key=lambda kv: -kv[1])[:3]
+        files = ", ".join(f"{path} ({n})" for path, n in worst)
+        out.append(
+            f"{replaced} byte(s) that are not valid {manifest.get('input_encoding', 'utf-8')} were replaced with U+FFFD "
+            f"(worst: {files}); if the corpus is in another encoding pass --input_encoding (e.g. latin-1, cp1252)"
+        )
+    if manifest.get("unk_rate", 0.0) > UNK_WARNING_RATE:
+        out.append(
+            f"{manifest['unk_rate']:.1%} of all tokens are [UNK] (more than {UNK_WARNING_RATE:.0%}): check that "
+            f"--vocab_file fits the corpus and that --do_lower_case matches it (uncased vocabularies need it)"
+        )
+    empty = [name for name, count in manifest.get("instances_per_shard", {}).items() if count == 0]
+    if empty:
+        out.append(
+            f"{len(empty)} of {len(manifest['instances_per_shard'])} shards are empty (only {manifest['n_examples']} "
+            f"instances): lower --num_output_files"
+        )
+    return out

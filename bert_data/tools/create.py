@@ -97,6 +97,8 @@ def _add_input_format_flags(parser: argparse.ArgumentParser) -> None:
         choices=INPUT_FORMATS,
     )
     _flag(fmt, "text_key", f"jsonl: key holding a document's text (default {d.text_key!r})")
+    _flag(fmt, "input_encoding", "documents' text encoding when it is not UTF-8, e.g. latin-1 or cp1252 (default "
+          "utf-8; UTF-16/32 files with a byte-order mark are recognised either way)")
     parser.add_argument(
         "--quiet", action="store_true", default=None, help="no progress bar; log level WARNING unless --log_level is given"
     )

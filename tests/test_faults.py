@@ -1,0 +1,192 @@
+"""Faults (issue 15): kill -9 of the coordinator and of a worker at several points, for 1 and 2
+workers, NSP and MLM-only, then --resume: always the clean run's bytes. Ctrl-C of the whole
+process group at many moments: always exit 130 without a traceback, or a finished run. Runs
+that have nothing usable, bad encodings and [UNK]-heavy vocabularies say so on the console."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import base_args, write_corpus, write_vocab
+
+NON_OUTPUT = {"output_dir", "resume", "num_workers", "overwrite"}
+
+
+def _cli(args: List[str], env: Dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bert_data.tools.create", *args], capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=300,
+    )
+
+
+def _same_output(out: Path, reference: Path) -> None:
+    names = sorted(p.name for p in reference.glob("*.tfrecords"))
+    assert names and sorted(p.name for p in out.glob("*.tfrecords")) == names
+    for name in names:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    got, want = (json.loads((d / "data_params.json").read_text()) for d in (out, reference))
+    assert {k: v for k, v in got.items() if k not in NON_OUTPUT} == {k: v for k, v in want.items() if k not in NON_OUTPUT}
+    assert not (out / ".bert_data_work").exists()
+
+
+OBJECTIVES = {"nsp": {}, "mlm": {"mlm_only": True, "overlap_size": 4}}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, object]:
+    root = tmp_path_factory.mktemp("faults")
+    metadata = write_corpus(root / "corpus", n_docs=16)
+    vocab = write_vocab(root / "vocab.txt")
+    references = {}
+    for name, extra in OBJECTIVES.items():
+        references[name] = root / f"reference-{name}"
+        assert _cli(base_args(metadata, vocab, references[name], split_num=3, **extra)).returncode == 0
+    return {"metadata": metadata, "vocab": vocab, "references": references}
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+@pytest.mark.parametrize(
+    "crash_at, workers",
+    [("appended:0", 1), ("checkpointed:2", 1), ("published:0", 1),
+     ("appended:1", 2), ("checkpointed:3", 2), ("published:0", 2), ("worker:0", 2), ("worker:4", 2)],
+)
+def test_fault_matrix_resume_gives_the_clean_bytes(corpus, tmp_path, objective, crash_at, workers) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=3, num_workers=workers, **OBJECTIVES[objective])
+    killed = _cli(args, env={"BERT_DATA_CRASH_AT": crash_at})
+    if crash_at.startswith("worker:"):  # the coordinator survives a worker: one line, exit 3
+        assert killed.returncode == 3, killed.stderr
+        lines = [line for line in killed.stderr.splitlines() if "error:" in line]
+        assert lines == [line for line in killed.stderr.splitlines() if line.startswith("create_tfrecords")]
+        assert "a worker process died (killed by SIGKILL: out of memory?)" in killed.stderr
+        assert "continue with --resume" in killed.stderr and "Traceback" not in killed.stderr
+    else:
+        assert killed.returncode == -signal.SIGKILL
+    assert not (out / "data_params.json").exists()
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    _same_output(out, corpus["references"][objective])
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 0.8, 1.5, 2.5, 4.0])
+def test_ctrl_c_of_the_process_group_at_any_moment(corpus, tmp_path, delay) -> None:
+    """What a terminal's Ctrl-C does: SIGINT to every process of the group (coordinator, fork
+    server, workers). Whatever the moment, the run ends with 130 and one line, or has already
+    finished; either way no traceback, and --resume (or nothing) gives the clean bytes."""
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=3, num_workers=2, dupe_factor=6)
+    reference = tmp_path / "reference"
+    assert _cli(base_args(corpus["metadata"], corpus["vocab"], reference, split_num=3, dupe_factor=6)).returncode == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    time.sleep(delay)
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    if process.returncode == 0:  # finished before the signal
+        _same_output(out, reference)
+        return
+    if process.returncode == -signal.SIGINT:  # during interpreter start-up: the shell's 130, silently
+        assert not stderr.strip(), stderr
+    else:
+        assert process.returncode == 130, stderr
+        assert "interrupted; continue later with --resume" in stderr
+    if (out / ".bert_data_work").exists():
+        resumed = _cli(args + ["--resume"])
+        assert resumed.returncode == 0, resumed.stderr
+        _same_output(out, reference)
+
+
+def _corpus_of(tmp_path: Path, texts: Dict[str, bytes]) -> Path:
+    root = tmp_path / "corpus"
+    root.mkdir(parents=True, exist_ok=True)
+    for name, data in texts.items():
+        (root / name).write_bytes(data)
+    (root / "metadata.txt").write_text("\n".join(texts) + "\n")
+    return root / "metadata.txt"
+
+
+def test_nothing_usable_is_an_error_and_publishes_nothing(tmp_path, capsys) -> None:
+    from bert_data.tools.create import main
+
+    metadata = _corpus_of(tmp_path, {"a.txt": b"   \n", "b.txt": b"\x00\x01binary", "c.txt": b""})
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    assert main(base_args(metadata, vocab, out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "create_tfrecords: error: no usable document: all 3 document(s) read were skipped (binary 1, empty 2); "
+        "nothing was published"
+    ]
+    assert not list(out.glob("*.tfrecords")) and not (out / ".bert_data_work").exists()
+    (metadata.parent / "a.txt").write_text(" ".join(["The cat sat on the mat."] * 5) + "\n\nA dog ran. " * 8)
+    (metadata.parent / "c.txt").write_text("The red ship sailed. The sea was cold.\n\nBirds sang all day. " * 6)
+    assert main(base_args(metadata, vocab, out)) == 0  # the corrected rerun needs no --overwrite
+
+
+def test_bad_encoding_warns_with_the_worst_files_and_input_encoding_fixes_it(tmp_path, caplog) -> None:
+    from bert_data.tools.create import main
+
+    text = "Caf\u00e9 cr\u00e8me and the cat sat. The dog ran to the old house.\n\n" * 20
+    metadata = _corpus_of(tmp_path, {"latin.txt": text.encode("latin-1"), "plain.txt": text.encode("ascii", "ignore")})
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    with caplog.at_level("WARNING", logger="bert_data"):
+        assert main(base_args(metadata, vocab, tmp_path / "a")) == 0
+    warning = [r.getMessage() for r in caplog.records if "replaced with U+FFFD" in r.getMessage()]
+    assert len(warning) == 1 and "latin.txt (40)" in warning[0] and "--input_encoding" in warning[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bert_data"):
+        assert main(base_args(metadata, vocab, tmp_path / "b", input_encoding="latin-1")) == 0
+    assert not [r for r in caplog.records if "U+FFFD" in r.getMessage()]
+    manifest = json.loads((tmp_path / "b" / "data_params.json").read_text())
+    assert manifest["replaced_bytes"] == 0 and manifest["decoded_as"] == {"latin-1": 2}
+
+
+def test_unk_heavy_vocabulary_warns(tmp_path, caplog) -> None:
+    from bert_data.tools.create import main
+
+    text = ("Ζέβρα the ξυλόφωνο. " * 30 + "\n\n").encode() * 3  # Greek: [UNK]
+    metadata = _corpus_of(tmp_path, {"x.txt": text, "y.txt": text.upper()})
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    with caplog.at_level("WARNING", logger="bert_data"):
+        assert main(base_args(metadata, vocab, tmp_path / "out", num_output_files=2)) == 0
+    assert any("are [UNK] (more than 5%)" in r.getMessage() for r in caplog.records)
+
+
+def test_metadata_from_a_pipe_is_read_once(tmp_path) -> None:
+    """``--metadata_files <(grep ... list.txt)``: a pipe can be read only once; the run must see
+    every document, not exit 0 with none."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=7)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    read_end, write_end = os.pipe()
+    os.write(write_end, metadata.read_bytes())
+    os.close(write_end)
+    args = base_args(Path(f"/dev/fd/{read_end}"), vocab, tmp_path / "out")
+    args[args.index("--input_files_prefix") + 1] = str(metadata.parent)
+    done = subprocess.run([sys.executable, "-m", "bert_data.tools.create", *args], capture_output=True, text=True,
+                          pass_fds=(read_end,), timeout=300)
+    os.close(read_end)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "data_params.json").read_text())
+    assert manifest["documents"]["read"] == 7 and manifest["n_examples"] > 0
+
+
+def test_a_device_given_as_metadata_is_one_line(tmp_path, capsys) -> None:
+    from bert_data.tools.create import main
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    assert main(base_args(Path("/dev/zero"), vocab, tmp_path / "out")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "/dev/zero, line 1: longer than 65536 bytes" in err[0]
