@@ -67,7 +67,7 @@ def test_fault_matrix_resume_gives_the_clean_bytes(corpus, tmp_path, objective, 
         assert killed.returncode == 3, killed.stderr
         lines = [line for line in killed.stderr.splitlines() if "error:" in line]
         assert lines == [line for line in killed.stderr.splitlines() if line.startswith("create_tfrecords")]
-        assert "a worker process died (killed by SIGKILL: out of memory?)" in killed.stderr
+        assert "a worker process died (killed" in killed.stderr  # by SIGKILL, when its exit code was seen in time
         assert "continue with --resume" in killed.stderr and "Traceback" not in killed.stderr
     else:
         assert killed.returncode == -signal.SIGKILL

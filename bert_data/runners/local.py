@@ -10,6 +10,7 @@ last (the commit point). A killed run is continued with ``--resume`` to byte-ide
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -67,9 +68,8 @@ def _alive(pid: int) -> bool:
 
 def _die_with_parent(parent_pid: int) -> None:
     """A worker must not outlive its coordinator (kill -9, OOM killer): it would keep computing
-    and hold the coordinator's pipes open. Linux: PR_SET_PDEATHSIG (a forked worker's parent is
-    the fork server, which exits when the coordinator does); everywhere: a watchdog thread that
-    polls the coordinator itself."""
+    and hold the coordinator's pipes open. Linux: PR_SET_PDEATHSIG; everywhere: a watchdog thread
+    that polls the coordinator (a zombie counts as dead)."""
     import signal
     import threading
 
@@ -128,15 +128,17 @@ def run_groups(
         initargs=(config, os.getpid(), bytes_read),
     ) as pool:
         pending: deque = deque()  # (group index, future), in group order
+        workers: Dict[int, object] = {}  # every worker process started, kept to tell how one died
         try:
             for group_index, items in groups:
-                pending.append((group_index, pool.submit(_process_in_worker, group_index, items, work_dir)))
+                pending.append((group_index, _submit(pool, group_index, items, work_dir)))
+                workers.update(getattr(pool, "_processes", None) or {})
                 if len(pending) >= 2 * config.num_workers:
                     yield pending.popleft()[1].result()
             while pending:
                 yield pending.popleft()[1].result()
         except BrokenProcessPool:
-            error = _worker_died(pool, pending)  # before the others are stopped (their exit codes change)
+            error = _worker_died(list(workers.values()), pending)
             _stop_pool(pool, pending)
             raise error from None
         except BaseException:
@@ -144,37 +146,55 @@ def run_groups(
             raise
 
 
-def _worker_died(pool, pending: deque) -> "WorkerDiedError":
+def _submit(pool, group_index: int, items, work_dir: str):
+    """``pool.submit`` with Ctrl-C held back: the first submits start worker processes, and a
+    start cut short leaves a half-started worker that prints a traceback on its way out."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(_process_in_worker, group_index, items, work_dir)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(_process_in_worker, group_index, items, work_dir)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _worker_died(processes: List, pending: deque) -> "WorkerDiedError":
     """A worker that died (OOM killer, kill -9, a crash in a native library) becomes one line
     naming the groups in flight and how to continue."""
     in_flight = [g for g, _ in pending]
-    how = _how_workers_died(pool)
+    how = _how_workers_died(processes)
     if not in_flight:
         groups = "the run"
     elif len(in_flight) == 1:
         groups = f"group {in_flight[0]} was being made"
     else:
         groups = f"groups {in_flight[0]}-{in_flight[-1]} were being made"
-    hint = " and fewer --num_workers or a smaller --group_bytes" if "SIGKILL" in how else ""
+    hint = " and fewer --num_workers or a smaller --group_bytes" if "SIGKILL" in how or "memory" in how else ""
     return WorkerDiedError(
         f"a worker process died{how} while {groups}; nothing was published: continue with --resume (same flags){hint}"
     )
 
 
-def _how_workers_died(pool) -> str:
+def _how_workers_died(processes: List) -> str:
+    """`` (killed by SIGKILL: out of memory?)`` or the like, from the worker that died first."""
     import signal
 
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        code = process.exitcode
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f" (killed by {name}{': out of memory?' if name == 'SIGKILL' else ''})"
-        if code not in (None, 0):
-            return f" (exit code {code})"
-    return ""
+    codes = []
+    for process in processes:
+        if process.exitcode is None:
+            process.join(timeout=0.5)  # the pool's manager may be stopping it: let the code settle
+        codes.append(process.exitcode)
+    killed = [c for c in codes if c is not None and c < 0 and c != -signal.SIGTERM]  # SIGTERM: the pool's own teardown
+    for code in sorted(killed, key=lambda c: c != -signal.SIGKILL):  # a SIGKILL (the OOM killer's) first
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f" (killed by {name}{': out of memory?' if name == 'SIGKILL' else ''})"
+    failed = [c for c in codes if c is not None and c > 0]
+    return f" (exit code {failed[0]})" if failed else " (killed, or crashed; out of memory?)"
 
 
 def _stop_pool(pool, pending: deque) -> None:
@@ -194,50 +214,21 @@ def _stop_pool(pool, pending: deque) -> None:
     threading.excepthook = quiet
     for _, future in pending:
         future.cancel()
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         process.terminate()
+    for process in processes:  # gone before the coordinator's semaphores are (no worker traceback)
+        process.join(timeout=5)
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-# What a worker imports before its first group: preloaded once by the fork server, so N workers
-# do not each spend ~1.5 CPU-seconds importing spaCy and the tokenizer.
-_PRELOAD = ["bert_data.group", "bert_data.sentences", "bert_data.tokenization", "spacy"]
-
-
 def worker_context():
-    """Workers come from a fork server that has imported the pipeline once (Linux; elsewhere,
-    spawn). Never plain fork: the coordinator may hold threads (progress, tokenizers)."""
+    """Workers are spawned: a fresh interpreter each, nothing inherited but what is pickled.
+    (A fork server that preloads spaCy once was measured: no gain in wall time on 2 cores, and a
+    Ctrl-C while it forks could leave a half-started worker printing a traceback.)"""
     import multiprocessing
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_PRELOAD)
-    return context
-
-
-def start_fork_server(config: Config) -> None:
-    """Start the fork server (and its imports) now, so they overlap the coordinator's own
-    start-up checks and metadata scan; a no-op for in-process runs or where there is none."""
-    if config.num_workers == 1:
-        return
-    context = worker_context()
-    if context.get_start_method() == "forkserver":
-        import signal
-        import threading
-        from multiprocessing import forkserver
-
-        if threading.current_thread() is not threading.main_thread():
-            forkserver.ensure_running()
-            return
-        # Ctrl-C reaches every process of the terminal's group: the server (and the workers it
-        # forks) start with SIGINT ignored, so only the coordinator handles it (one line, 130),
-        # never a KeyboardInterrupt traceback from a server still importing its preloads.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    return multiprocessing.get_context("spawn")
 
 
 ProgressCallback = Callable[[GroupResult], None]
@@ -343,7 +334,6 @@ def run(
     one; shards get their final names only at the end and ``data_params.json`` is written
     last. A killed run is continued with ``--resume`` to byte-identical output.
     """
-    start_fork_server(config)
     vocab = (startup or startup_checks(config)).vocab
     with tempfile.TemporaryDirectory(prefix="bert_data_plan_") as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
@@ -398,15 +388,18 @@ def _run_planned(
         attempt_dir = os.path.join(work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
         os.makedirs(os.path.join(attempt_dir, "fragments"))
         todo = _planned_groups(config, spool_path, first_group)
-        for result in run_groups(config, todo, attempt_dir, bytes_read):
-            assembler.append(result.fragment_path, result.segments)
-            _crash_point("appended", result.group_index)
-            stats.update(result.stats)
-            _keep_worst(stats, "replaced_in.", 10)
-            assembler.checkpoint(result.group_index + 1, stats)
-            _crash_point("checkpointed", result.group_index)
-            if on_group is not None:
-                on_group(result)
+        # closing(): on any exception here (Ctrl-C while appending, say) the pool is stopped now,
+        # not whenever the generator happens to be collected (at exit, after the semaphores)
+        with contextlib.closing(run_groups(config, todo, attempt_dir, bytes_read)) as results:
+            for result in results:
+                assembler.append(result.fragment_path, result.segments)
+                _crash_point("appended", result.group_index)
+                stats.update(result.stats)
+                _keep_worst(stats, "replaced_in.", 10)
+                assembler.checkpoint(result.group_index + 1, stats)
+                _crash_point("checkpointed", result.group_index)
+                if on_group is not None:
+                    on_group(result)
         if not stats["instances"]:
             raise NothingUsableError(_nothing_usable(stats))
         per_shard = assembler.publish()
