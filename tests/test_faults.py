@@ -190,3 +190,26 @@ def test_a_device_given_as_metadata_is_one_line(tmp_path, capsys) -> None:
     assert main(base_args(Path("/dev/zero"), vocab, tmp_path / "out")) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "/dev/zero, line 1: longer than 65536 bytes" in err[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    ("vocab", "--vocab_file's content changed"),
+    ("metadata", "the metadata files' content changed"),
+])
+def test_resume_refuses_changed_inputs(tmp_path, change, message) -> None:
+    metadata = write_corpus(tmp_path / "corpus", n_docs=9)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    args = base_args(metadata, vocab, out, split_num=3)
+    assert _cli(args, env={"BERT_DATA_CRASH_AT": "checkpointed:0"}).returncode == -signal.SIGKILL
+    if change == "vocab":
+        vocab.write_text(vocab.read_text() + "zebra\n")
+    else:
+        metadata.write_text("\n".join(reversed(metadata.read_text().split())) + "\n")  # same files, other order
+    refused = _cli(args + ["--resume"])
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"create_tfrecords: error: --resume refused: {message} since the interrupted run "
+        f"({out / '.bert_data_work' / 'run.json'}); restore it, or start over with --overwrite"
+    ]
+    assert _cli(args + ["--overwrite"]).returncode == 0  # the way out it names works

@@ -11,6 +11,7 @@ last (the commit point). A killed run is continued with ``--resume`` to byte-ide
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -246,10 +247,68 @@ def _crash_point(stage: str, group_index: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _prepare(config: Config):
+INPUT_CHANGES = {
+    "metadata_sha256": "the metadata files' content changed",
+    "vocab_sha256": "--vocab_file's content changed",
+    "segmenter": "the sentence segmenter (spaCy or its model) changed",
+    "tokenizers": "the tokenizers library changed",
+    "bert_data_version": "bert_data's version changed",
+}
+
+
+def input_fingerprints(config: Config, summary: MetadataSummary) -> Dict[str, str]:
+    """Everything besides the settings that determines the output bytes: a resumed run must see
+    the same, or it would mix two corpora (or two vocabularies) in one output."""
+    from importlib import metadata as package_metadata
+
+    from .. import __version__
+    from ..format.manifest import file_sha256
+
+    def version(package: str) -> str:
+        try:
+            return package_metadata.version(package)
+        except package_metadata.PackageNotFoundError:
+            return "not installed"
+
+    segmenter = "lines" if config.single_sentence_per_line else (
+        f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
+        + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
+    )
+    return {
+        "metadata_sha256": summary.metadata_sha256,
+        "vocab_sha256": file_sha256(config.vocab_file),
+        "segmenter": segmenter,
+        "tokenizers": version("tokenizers"),
+        "bert_data_version": __version__,
+    }
+
+
+def _check_same_inputs(config: Config, inputs: Dict[str, str]) -> None:
+    """--resume refuses, naming what changed, when the inputs differ from the interrupted run's."""
+    from ..errors import ResumeError
+
+    for where in (os.path.join(config.output_dir, WORK_DIR_NAME, RUN_FILE), os.path.join(config.output_dir, MANIFEST_NAME)):
+        try:
+            with open(where, encoding="utf-8") as handle:
+                previous = json.load(handle).get("inputs")
+        except (OSError, ValueError, AttributeError):
+            continue  # missing or damaged: the journal check says what is wrong with it
+        if not isinstance(previous, dict):
+            continue
+        changed = [INPUT_CHANGES.get(k, k) for k in sorted(set(inputs) | set(previous)) if inputs.get(k) != previous.get(k)]
+        if changed:
+            raise ResumeError(
+                f"--resume refused: {'; '.join(changed)} since the interrupted run ({where}); restore it, or start "
+                f"over with --overwrite"
+            )
+        return
+
+
+def _prepare(config: Config, inputs: Dict[str, str]):
     """Work dir, assembler, first group to make and counters so far (fresh run or --resume)."""
-    settings = output_settings(config)
+    settings = dict(output_settings(config), inputs=inputs)
     if config.resume:
+        _check_same_inputs(config, inputs)
         state = load_resume_state(config.output_dir, settings)
         if state is None:
             return None
@@ -376,7 +435,8 @@ def _run_planned(
     config: Config, spool_path: str, summary: MetadataSummary, vocab_size: int,
     on_group: Optional[ProgressCallback], bytes_read,
 ) -> Dict:
-    prepared = _prepare(config)
+    inputs = input_fingerprints(config, summary)
+    prepared = _prepare(config, inputs)
     if prepared is None:
         log.info("%s is already complete: nothing to resume", config.output_dir)
         return load_manifest(config.output_dir).data
@@ -413,6 +473,7 @@ def _run_planned(
     manifest = build_manifest(
         config.to_json(), stats, per_shard, summary, local_vocab_identity(config.vocab_file, vocab_size)
     )
+    manifest["inputs"] = inputs  # what --resume of a finished run checks
     shutil.rmtree(work_dir, ignore_errors=True)
     write_json_atomically(os.path.join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
     for warning in quality_warnings(stats, manifest):
