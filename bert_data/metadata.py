@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import islice
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -49,12 +49,16 @@ def parse_metadata_line(line: str, prefix: str) -> Optional[str]:
 
     Absolute paths and URLs are kept; other entries are joined to ``prefix`` (a directory or URL).
     """
-    entry = line.rstrip("\r\n").strip()
-    if not entry or entry.startswith("#"):
+    entry = line.strip()
+    if not entry or entry[0] == "#":
         return None
-    if os.path.isabs(entry) or is_remote(entry) or not prefix:
+    return _joined(entry, prefix, is_remote(prefix))
+
+
+def _joined(entry: str, prefix: str, prefix_remote: bool) -> str:
+    if not prefix or entry[0] == "/" or ("://" in entry and is_remote(entry)):
         return entry
-    if is_remote(prefix):
+    if prefix_remote:
         return prefix.rstrip("/") + "/" + entry
     return os.path.join(prefix, entry)
 
@@ -72,6 +76,7 @@ def iter_metadata(
     files (:func:`bert_data.storage.open_metadata`); ``digest`` (a hashlib object) is fed every
     byte read, so a run can fingerprint exactly the metadata it used.
     """
+    prefix_remote = is_remote(prefix)
     for metadata_file in metadata_files:
         try:
             handle = opener(metadata_file)
@@ -98,9 +103,9 @@ def iter_metadata(
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     raise MetadataError(f"metadata file {metadata_file} is not UTF-8 text at line {line_number}") from None
-                path = parse_metadata_line(line, prefix)
-                if path is not None:
-                    yield DocumentSource(path, metadata_file, line_number, parse_metadata_line(line, ""))
+                entry = line.strip()
+                if entry and entry[0] != "#":
+                    yield DocumentSource(_joined(entry, prefix, prefix_remote), metadata_file, line_number, entry)
 
 
 def check_source(source: DocumentSource) -> None:
@@ -119,16 +124,25 @@ def check_source(source: DocumentSource) -> None:
 
 
 def _sized(source: DocumentSource) -> int:
-    """Check one entry (see :func:`check_source`) and return its size in bytes (0 when not a
-    regular file, or a URL: those are never split and are checked by the worker that reads them)."""
+    """Check one entry (as :func:`check_source`, with one stat) and return its size in bytes (0
+    when not a regular file, or a URL: those are never split and are checked by their worker)."""
     if is_remote(source.path):
         return 0
-    check_source(source)
     try:
         info = os.stat(source.path)
-    except OSError:
+    except FileNotFoundError:
+        raise MetadataError(f"{source.where()}: document {source.path} does not exist") from None
+    except OSError as exc:
+        raise MetadataError(f"{source.where()}: document {source.path} cannot be accessed ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
         return 0
-    return info.st_size if stat.S_ISREG(info.st_mode) else 0
+    if not os.access(source.path, os.R_OK):
+        raise MetadataError(f"{source.where()}: document {source.path} is not readable (permission denied)")
+    return info.st_size
+
+
+def _sized_chunk(chunk: List[DocumentSource]) -> List[int]:
+    return [_sized(source) for source in chunk]
 
 
 @dataclass(frozen=True)
@@ -245,17 +259,29 @@ def scan_metadata(
             if select is None or select(source):
                 yield source
 
-    def sized_entries(pool) -> Iterator[Tuple[DocumentSource, int]]:
-        nonlocal last_log
+    def chunks(pool) -> Iterator[Tuple[List[DocumentSource], List[int]]]:
+        """Chunks of entries with their sizes, in order; a few chunks stat'ed ahead in parallel."""
         sources = selected()
+        ahead: deque = deque()
         while True:
             chunk = list(islice(sources, _STAT_CHUNK))
-            if not chunk:
+            if chunk:
+                ahead.append((chunk, pool.submit(_sized_chunk, chunk)))
+            if not ahead:
                 return
-            for source, size in zip(chunk, pool.map(_sized, chunk)):
+            if chunk and len(ahead) < 2 * _SCAN_THREADS:
+                continue
+            done, future = ahead.popleft()
+            yield done, future.result()
+
+    def sized_entries(pool) -> Iterator[Tuple[DocumentSource, int]]:
+        nonlocal last_log
+        for chunk, sizes in chunks(pool):
+            for source, size in zip(chunk, sizes):
                 counts["entries"] += 1
                 counts["bytes"] += size
-                key = hash(source.path if is_remote(source.path) else os.path.normpath(source.path))
+                path = source.path
+                key = hash(path if "://" in path and is_remote(path) else os.path.normpath(path))
                 counts["duplicates"] += key in seen
                 seen.add(key)
                 yield source, size
