@@ -348,16 +348,20 @@ def test_config_preset_used_by_cli(tf, capsys, tmp_path, tiny_corpus, tiny_vocab
     check_output(tf, out, manifest, num_output_files=2)
 
 
-def test_one_sentence_single_document_counts_negatives_unavailable(capsys, tmp_path, tiny_vocab):
+def test_one_sentence_single_document_is_nothing_usable(capsys, tmp_path, tiny_vocab):
+    """One one-sentence document: no partner for NSP, so no instance: an error, not empty shards."""
     root = tmp_path / "corpus"
     root.mkdir()
     (root / "only.txt").write_text("The cat sat on the mat.\n", encoding="utf-8")
     metadata = root / "metadata.txt"
     metadata.write_text("only.txt\n", encoding="utf-8")
-    manifest = run_ok(capsys, metadata, tiny_vocab, tmp_path / "out")
-    assert manifest["n_examples"] == 0
-    assert manifest["documents"]["used"] == 1
-    assert manifest["nsp_negatives_unavailable"] == 2  # one per dupe pass (dupe_factor 2)
+    line = run_error(capsys, base_args(metadata, tiny_vocab, tmp_path / "out"))
+    assert line == (
+        "create_tfrecords: error: no instance could be made from the 1 usable document(s) (2 one-sentence "
+        "chunk(s) had no partner; skipped: none); give more or longer documents per group (--split_num); "
+        "nothing was published"
+    )
+    assert not list((tmp_path / "out").glob("*.tfrecords"))
 
 
 def test_invalid_utf8_metadata_is_one_line_error(capsys, tmp_path, tiny_corpus, tiny_vocab):
