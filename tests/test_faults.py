@@ -213,3 +213,41 @@ def test_resume_refuses_changed_inputs(tmp_path, change, message) -> None:
         f"({out / '.bert_data_work' / 'run.json'}); restore it, or start over with --overwrite"
     ]
     assert _cli(args + ["--overwrite"]).returncode == 0  # the way out it names works
+
+
+def test_missing_spacy_model_with_workers_is_one_line_before_anything(tmp_path, capsys) -> None:
+    from bert_data.tools.create import main
+
+    metadata = write_corpus(tmp_path / "corpus", n_docs=4)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    assert main(base_args(metadata, vocab, out, spacy_model="en_core_web_nope", num_workers=2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "create_tfrecords: error: --spacy_model en_core_web_nope is not installed; install it with "
+        "`python -m spacy download en_core_web_nope` (or omit --spacy_model to use the built-in rule-based "
+        "sentencizer)"
+    ]
+    assert not out.exists()  # checked in the parent before any output or worker
+
+
+def test_unwritable_output_dir_is_one_line_before_the_scan(tmp_path, capsys) -> None:
+    from bert_data.tools.create import main
+
+    metadata = write_corpus(tmp_path / "corpus", n_docs=4)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert main(base_args(metadata, vocab, blocker / "out")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"create_tfrecords: error: --output_dir {blocker / 'out'}: {blocker} exists and is not a directory"]
+
+
+def test_disk_space_estimate_warns(tmp_path) -> None:
+    from bert_data.config import build_config
+    from bert_data.runners.startup import disk_space_warning
+
+    config = build_config({"metadata_files": ["m"], "vocab_file": "v", "output_dir": str(tmp_path / "o"), "dupe_factor": 10})
+    assert disk_space_warning(config, 1000) == ""
+    huge = disk_space_warning(config, 1 << 50)
+    assert "the output may need about" in huge and "--dupe_factor 10" in huge and "--resume" in huge

@@ -35,7 +35,7 @@ from ..metadata import (
 )
 from ..storage import write_json_atomically
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
-from .startup import StartupInfo, startup_checks
+from .startup import StartupInfo, disk_space_warning, startup_checks
 
 log = logging.getLogger("bert_data")
 
@@ -397,6 +397,9 @@ def run(
     with tempfile.TemporaryDirectory(prefix="bert_data_plan_") as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
         summary = _plan(config, spool_path)
+        space = disk_space_warning(config, summary.total_bytes)
+        if space:
+            log.warning(space)
         import multiprocessing
 
         bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)
