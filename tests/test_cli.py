@@ -368,3 +368,16 @@ def test_invalid_utf8_metadata_is_one_line_error(capsys, tmp_path, tiny_corpus, 
     tiny_corpus.write_bytes(tiny_corpus.read_bytes() + b"docs/\xff.txt\n")
     line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out"))
     assert "UTF-8" in line and f"{tiny_corpus}" in line and "line 13" in line
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--input_files", "x"], "create_tfrecords: error: unknown flag --input_files; did you mean --input_files_prefix?"),
+    (["--dupe_factr", "3"], "create_tfrecords: error: unknown flag --dupe_factr; did you mean --dupe_factor?"),
+    (["--max_seq_length", "abc"], "create_tfrecords: error: argument --max_seq_length: invalid int value: 'abc'"),
+    (["--metadata_files"], "create_tfrecords: error: argument --metadata_files: expected at least one argument"),
+])
+def test_usage_errors_are_one_line_and_never_abbreviations(capsys, argv, line):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--vocab_file", "v.txt", *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]

@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, NoReturn, Optional, Sequence
 
 from ..config import COMPRESSIONS, Config, build_config
 from ..documents import INPUT_FORMATS
@@ -29,9 +29,31 @@ def _bool_flag(parser: argparse.ArgumentParser, name: str, help: str) -> None:
     parser.add_argument(f"--{name}", default=None, action=argparse.BooleanOptionalAction, help=help)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what, and the closest flag for an unknown one),
+    exit 2, and no flag is ever taken as an abbreviation of another (``--input_files X`` must not
+    silently become ``--input_files_prefix X``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def error(self, message: str) -> "NoReturn":
+        import difflib
+        import re
+
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            flag = unknown.group(1).split("=", 1)[0]
+            known = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            message = f"unknown flag {flag}" + (f"; did you mean {close[0]}?" if close else "; see --help")
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = Config()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Turn raw text documents into BERT pretraining TFRecords (masked LM + next sentence prediction).",
         argument_default=None,
