@@ -98,31 +98,76 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("metadata_files", "validation_metadata_files"):
         if isinstance(value, str):
             return (value,)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"--metadata_files must be a path or a list of paths, got {value!r}")
-        return tuple(str(v) for v in value)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"--{name} must be a path or a list of paths, got {value!r}")
+        return tuple(value)
     if name == "multiple_docs_separator" and isinstance(value, str):
         # Shell users write '\n' literally; honour the usual escapes.
         return value.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in value else value
     return value
 
 
-def load_yaml_config(path: str) -> Dict[str, Any]:
-    """Read a YAML preset; unknown keys are an error naming the key (catches typos early)."""
-    import yaml
+MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines; a larger file is not one
+
+
+def _read_config_text(path: str) -> str:
+    """The preset's text: a regular file (never a FIFO or device: they could block or never end)
+    of at most ``MAX_CONFIG_BYTES``, in UTF-8."""
+    import stat as stat_module
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
+        info = os.stat(path)
     except OSError as exc:
         raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    if not stat_module.S_ISREG(info.st_mode):
+        raise ConfigError(f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--config {path}: {info.st_size} bytes, more than a preset can be ({MAX_CONFIG_BYTES})")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"--config {path}: not UTF-8 text (line {line}); save it as UTF-8") from None
+
+
+def _no_alias_loader():
+    """yaml.SafeLoader refusing anchors and aliases: a preset never needs them, and they make
+    a few bytes expand to gigabytes (the billion laughs)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):  # type: ignore[override]
+            if self.check_event(yaml.AliasEvent) or getattr(self.peek_event(), "anchor", None):
+                raise yaml.YAMLError(f"anchors and aliases (& and *) are not allowed, line {self.peek_event().start_mark.line + 1}")
+            return super().compose_node(parent, index)
+
+    return Loader
+
+
+def load_yaml_config(path: str) -> Dict[str, Any]:
+    """Read a YAML preset; unknown keys and values of the wrong type are errors naming the key
+    and the file (catches typos early)."""
+    import yaml
+
+    text = _read_config_text(path)
+    try:
+        data = yaml.load(text, Loader=_no_alias_loader()) or {}  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of flag names to values")
-    unknown = sorted(set(data) - set(FIELD_NAMES))
+    unknown = sorted(str(k) for k in set(data) - set(FIELD_NAMES))
     if unknown:
         raise ConfigError(f"--config {path}: unknown setting(s) {', '.join(unknown)}")
+    for key, value in data.items():
+        problem = value_problem(key, value)
+        if problem:
+            raise ConfigError(f"--config {path}: {key}: {problem}")
     return data
 
 
@@ -140,19 +185,40 @@ def build_config(
     return config
 
 
+_OPTIONAL_TEXT = frozenset({"spacy_model", "vocab_file"})  # None or text
+_PATH_LISTS = frozenset({"metadata_files", "validation_metadata_files"})
+
+
+def value_problem(name: str, value: Any) -> str:
+    """What is wrong with ``value`` for setting ``name`` (its dataclass field's type), or ""."""
+    f = Config.__dataclass_fields__[name]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if name in _PATH_LISTS:
+        items = (value,) if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v for v in items):
+            return f"must be a path or a list of paths, got {value!r}"
+    elif name in _OPTIONAL_TEXT:
+        if value is not None and not isinstance(value, str):
+            return f"must be text, got {value!r}"
+    elif isinstance(default, bool):
+        if not isinstance(value, bool):
+            return f"must be true or false, got {value!r}"
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be an integer, got {value!r}"
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number, got {value!r}"
+    elif isinstance(default, str) and not isinstance(value, str):
+        return f"must be text, got {value!r}"
+    return ""
+
+
 def _check_type(config: Config) -> None:
     for f in fields(Config):
-        value = getattr(config, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"--{f.name} must be true or false, got {value!r}")
-        elif isinstance(default, int):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"--{f.name} must be an integer, got {value!r}")
-        elif isinstance(default, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"--{f.name} must be a number, got {value!r}")
+        problem = value_problem(f.name, getattr(config, f.name))
+        if problem:
+            raise ConfigError(f"--{f.name} {problem}")
 
 
 def validate(config: Config) -> None:

@@ -39,6 +39,7 @@ import functools
 import itertools
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
 #: The tokens that are never chosen for a masked-LM prediction ([UNK] may be).
 NEVER_MASKED_TOKENS: tuple[str, ...] = (PAD, CLS, SEP, MASK)
 
+MAX_VOCAB_BYTES = 64 << 20  # the largest vocabularies are a few MB
+
 #: Reference ``WordpieceTokenizer.max_input_chars_per_word``.
 MAX_INPUT_CHARS_PER_WORD = 200
 ENCODE_CHUNK_TEXTS = 4096  # texts per HF call in encode_ids ...
@@ -87,6 +90,18 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     rejected with a :class:`~bert_data.errors.VocabError` naming the file and 1-based line.
     """
     path = os.fspath(vocab_file)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise VocabError(f"vocab file {path!r} does not exist") from None
+    except OSError as e:
+        raise VocabError(f"vocab file {path!r} cannot be read: {e.strerror or e}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise VocabError(f"vocab file {path!r} is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would block, a device never end
+        raise VocabError(f"vocab file {path!r} is not a regular file (a FIFO or device); give vocab.txt")
+    if info.st_size > MAX_VOCAB_BYTES:
+        raise VocabError(f"vocab file {path!r} is {info.st_size} bytes: not a vocab.txt (at most {MAX_VOCAB_BYTES})")
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -98,14 +98,40 @@ def test_yaml_missing_not_mapping_and_invalid(tmp_path):
         load_yaml_config(str(broken))
 
 
-def test_yaml_wrong_type_is_rejected(tmp_path):
+@pytest.mark.parametrize("text, message", [
+    ("max_seq_length: lots\n", "max_seq_length: must be an integer, got 'lots'"),
+    ("do_lower_case: maybe\n", "do_lower_case: must be true or false, got 'maybe'"),
+    ("dupe_factor: [1, 2]\n", "dupe_factor: must be an integer, got [1, 2]"),
+    ("name: 5\n", "name: must be text, got 5"),
+    ("spacy_model: 5\n", "spacy_model: must be text, got 5"),
+    ("metadata_files: [a.txt, 3]\n", "metadata_files: must be a path or a list of paths, got ['a.txt', 3]"),
+    ("masked_lm_prob: true\n", "masked_lm_prob: must be a number, got True"),
+    ("name: &x examples\nseed: 1\n", "not valid YAML (anchors and aliases (& and *) are not allowed, line 1)"),
+    ("- a\n- b\n", "expected a mapping of flag names to values"),
+])
+def test_yaml_values_are_checked_against_the_config_types(tmp_path, text, message):
     preset = tmp_path / "p.yaml"
-    preset.write_text("max_seq_length: lots\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="--max_seq_length must be an integer"):
+    preset.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
         build_config(REQUIRED, config_file=str(preset))
-    preset.write_text("do_lower_case: maybe\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="--do_lower_case must be true or false"):
+    assert str(error.value) == f"--config {preset}: {message}"
+
+
+def test_yaml_that_is_not_a_small_utf8_file_is_one_line(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text \\(line 1\\); save it as UTF-8"):
         build_config(REQUIRED, config_file=str(preset))
+    preset.write_bytes(b"#" * (2 << 20))
+    with pytest.raises(ConfigError, match="more than a preset can be"):
+        build_config(REQUIRED, config_file=str(preset))
+    with pytest.raises(ConfigError, match="not a regular file"):
+        build_config(REQUIRED, config_file="/dev/zero")
+
+
+def test_flag_values_are_type_checked_too():
+    with pytest.raises(ConfigError, match="--name must be text, got 5"):
+        build_config(dict(REQUIRED, name=5))
 
 
 @pytest.mark.parametrize(
