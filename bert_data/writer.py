@@ -257,18 +257,54 @@ def load_resume_state(output_dir: str, run_settings: Mapping) -> Optional[Dict]:
             _check_same_settings(run_settings, {k: manifest.data.get(k) for k in run_settings}, manifest.path)
             return None
         raise ResumeError(f"--resume: no interrupted run in {output_dir} (nothing to continue); run without --resume")
-    with open(run_file, encoding="utf-8") as handle:
-        previous = json.load(handle)
+    previous = _read_journal(run_file)
     _check_same_settings(run_settings, previous, run_file)
     progress_path = os.path.join(work_dir, PROGRESS_FILE)
+    shards = run_settings.get("num_output_files")
     if os.path.exists(progress_path):
-        with open(progress_path, encoding="utf-8") as handle:
-            state = json.load(handle)
+        state = _read_journal(progress_path)
+        _check_progress(state, shards, progress_path)
     else:
-        state = {"next_group": 0, "shard_bytes": [0] * previous["num_output_files"],
-                 "shard_records": [0] * previous["num_output_files"], "stats": {}}
+        state = {"next_group": 0, "shard_bytes": [0] * shards, "shard_records": [0] * shards, "stats": {}}
     _clear_fragments(work_dir)
     return state
+
+
+def _damaged(path: str, what: str) -> ResumeError:
+    return ResumeError(
+        f"--resume: {path} is damaged ({what}); start over with --overwrite (the interrupted run cannot be continued)"
+    )
+
+
+def _read_journal(path: str) -> Dict:
+    """A journal file of the work directory, as a JSON object, or one line saying it is damaged."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise _damaged(path, f"cannot be read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _damaged(path, f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise _damaged(path, "not a JSON object")
+    return data
+
+
+def _check_progress(state: Dict, shards: Optional[int], path: str) -> None:
+    """The progress journal's fields have the types and lengths a resume relies on."""
+
+    def whole(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    if not whole(state.get("next_group")):
+        raise _damaged(path, f"next_group is {state.get('next_group')!r}, not a group number")
+    for key in ("shard_bytes", "shard_records"):
+        values = state.get(key)
+        if not isinstance(values, list) or len(values) != shards or not all(whole(v) for v in values):
+            raise _damaged(path, f"{key} is not {shards} non-negative integers")
+    stats = state.get("stats")
+    if not isinstance(stats, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
+        raise _damaged(path, "stats is not a mapping of counters")
 
 
 def _check_same_settings(current: Mapping, previous: Mapping, where: str) -> None:

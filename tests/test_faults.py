@@ -251,3 +251,26 @@ def test_disk_space_estimate_warns(tmp_path) -> None:
     assert disk_space_warning(config, 1000) == ""
     huge = disk_space_warning(config, 1 << 50)
     assert "the output may need about" in huge and "--dupe_factor 10" in huge and "--resume" in huge
+
+
+@pytest.mark.parametrize("target, damage, what", [
+    ("progress.json", lambda t: t[: len(t) // 2], "not valid JSON"),
+    ("progress.json", lambda t: "[1, 2]", "not a JSON object"),
+    ("progress.json", lambda t: t.replace('"next_group": 1', '"next_group": "one"'), "next_group is 'one'"),
+    ("progress.json", lambda t: json.dumps(dict(json.loads(t), shard_bytes=[0])), "shard_bytes is not 3 non-negative"),
+    ("run.json", lambda t: t[:10], "not valid JSON"),
+])
+def test_damaged_journal_is_one_line_and_overwrite_recovers(tmp_path, target, damage, what) -> None:
+    metadata = write_corpus(tmp_path / "corpus", n_docs=9)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    args = base_args(metadata, vocab, out, split_num=3)
+    assert _cli(args, env={"BERT_DATA_CRASH_AT": "checkpointed:0"}).returncode == -signal.SIGKILL
+    journal = out / ".bert_data_work" / target
+    journal.write_text(damage(journal.read_text()))
+    refused = _cli(args + ["--resume"])
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"create_tfrecords: error: --resume: {journal} is damaged (")
+    assert what in lines[0] and lines[0].endswith("start over with --overwrite (the interrupted run cannot be continued)")
+    assert _cli(args + ["--overwrite"]).returncode == 0
