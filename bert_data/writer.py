@@ -217,7 +217,7 @@ def prepare_output_dir(output_dir: str, name: str, num_shards: int, overwrite: b
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise OutputError(f"--output_dir {output_dir} exists and is not a directory")
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
-    if os.path.isdir(output_dir) and os.listdir(output_dir):
+    if os.path.isdir(output_dir) and [e for e in os.listdir(output_dir) if e != ".bert_data.lock"]:
         if not overwrite:
             if os.path.isdir(work_dir):
                 raise OutputError(

@@ -35,6 +35,7 @@ from ..metadata import (
 )
 from ..storage import write_json_atomically
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
+from .lock import output_lock
 from .startup import StartupInfo, disk_space_warning, startup_checks
 
 log = logging.getLogger("bert_data")
@@ -371,10 +372,12 @@ def run_job(
     """Run every output of the job (one, or train + validation); manifests by split name. The
     start-up checks run once, before either half is touched."""
     startup = startup_checks(config)
-    return {
-        name: run(part, on_group=on_group, on_start=on_start, startup=startup)
-        for name, part in split_configs(config).items()
-    }
+    parts = split_configs(config)
+    with output_lock(config.output_dir) if len(parts) > 1 else contextlib.nullcontext():
+        return {
+            name: run(part, on_group=on_group, on_start=on_start, startup=startup)
+            for name, part in parts.items()
+        }
 
 
 def run(
@@ -406,7 +409,8 @@ def run(
         if on_start is not None:  # the MetadataSummary (entries, total_bytes, groups) before any group runs
             on_start(summary, bytes_read)
         try:
-            return _run_planned(config, spool_path, summary, len(vocab), on_group, bytes_read)
+            with output_lock(config.output_dir):  # before --overwrite removes anything
+                return _run_planned(config, spool_path, summary, len(vocab), on_group, bytes_read)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             raise OutputError(

@@ -1,0 +1,71 @@
+"""One run at a time per output directory.
+
+A second ``create_tfrecords`` on the same ``--output_dir`` while one runs (a second ``--resume``,
+an ``--overwrite``) would interleave two runs' fragments and journals. The lock is an
+``flock`` on ``output_dir/.bert_data.lock``: the kernel releases it when its holder dies, even
+by kill -9, so a stale lock never blocks; the file holds who holds it, for the refusal message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from typing import Iterator
+
+from ..errors import OutputError
+
+LOCK_NAME = ".bert_data.lock"
+
+
+@contextlib.contextmanager
+def output_lock(output_dir: str) -> Iterator[None]:
+    """Hold the output directory's lock for the block (local directories; URLs are not locked)."""
+    if "://" in output_dir:
+        yield
+        return
+    import fcntl
+
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--output_dir {output_dir} cannot be created ({exc.strerror or exc})") from None
+    path = os.path.join(output_dir, LOCK_NAME)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise OutputError(
+                f"--output_dir {output_dir} is in use by another run ({holder}); wait for it to finish or "
+                f"use another --output_dir"
+            ) from None
+        try:  # the file may have been removed (and made anew) by the holder we waited on
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {info['pid']} on {info['host']} since {info['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that holds its lock"
