@@ -221,6 +221,19 @@ def _check_type(config: Config) -> None:
             raise ConfigError(f"--{f.name} {problem}")
 
 
+# Absurd sizes are refused up front, not run until memory or disk runs out: (flag, most, why).
+UPPER_BOUNDS = (
+    ("max_seq_length", 1 << 16, "each instance is this many ids, times 4 bytes, per feature"),
+    ("max_predictions_per_seq", 1 << 16, "every instance stores this many positions"),
+    ("dupe_factor", 10_000, "each pass writes the whole corpus again"),
+    ("num_output_files", 1 << 20, "one open file per shard"),
+    ("split_num", 1 << 24, "a group is held in one worker's memory"),
+    ("num_workers", 4096, "one process each, ~250 MB of memory each"),
+    ("buffer_size", 1 << 31, "window tokens held in memory at once"),
+    ("overlap_size", 1 << 16, "at most --max_seq_length anyway"),
+)
+
+
 def validate(config: Config) -> None:
     """Reject impossible or contradictory settings before any work starts."""
     _check_type(config)
@@ -256,6 +269,9 @@ def validate(config: Config) -> None:
     for name in ("dupe_factor", "num_output_files", "split_num", "num_workers"):
         if getattr(config, name) < 1:
             raise ConfigError(f"--{name} must be at least 1, got {getattr(config, name)}")
+    for name, most, why in UPPER_BOUNDS:
+        if getattr(config, name) > most:
+            raise ConfigError(f"--{name} {getattr(config, name)} is more than {most:,} ({why})")
     if config.compression not in COMPRESSIONS:
         raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {config.compression!r}")
     if not config.name or any(c in config.name for c in "/\\\0") or config.name in (".", ".."):

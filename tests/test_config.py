@@ -255,3 +255,12 @@ def test_config_is_frozen_and_json_able():
     data = config.to_json()
     assert data["metadata_files"] == ["meta.txt"]
     assert set(data) == {f for f in Config.__dataclass_fields__}
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("max_seq_length", 10**9), ("dupe_factor", 10**7), ("num_output_files", 10**9), ("split_num", 10**9),
+    ("num_workers", 10**6), ("buffer_size", 10**12),
+])
+def test_absurd_sizes_are_refused_up_front(flag, value):
+    with pytest.raises(ConfigError, match=f"--{flag} {value} is more than"):
+        build_config(dict(REQUIRED, **{flag: value}))
