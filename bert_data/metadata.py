@@ -27,6 +27,14 @@ log = logging.getLogger("bert_data")
 
 
 def _open_local(path: str) -> BinaryIO:
+    """A metadata file; a FIFO (a named pipe, or ``<(command)``) is opened without waiting for a
+    writer, so a named pipe nobody writes to reads as empty instead of hanging the run."""
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # then read blocking
+        return os.fdopen(fd, "rb")
     return open(path, "rb")
 
 

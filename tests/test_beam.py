@@ -222,3 +222,12 @@ def test_group_encoding_round_trips() -> None:
     assert "\n" not in line
     assert decode_group(line, ["m1", "m2"]) == (4, items)
     assert is_remote("gs://b/x") and is_remote("hdfs://nn/x") and not is_remote("/a/gs://b") and not is_remote("a.txt")
+
+
+def test_unknown_beam_runner_is_one_line_and_touches_nothing(tmp_path, capsys) -> None:
+    metadata, vocab = write_corpus(tmp_path / "c", n_docs=3), write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    assert main(base_args(metadata, vocab, out, runner="beam") + ["--", "--runner=Nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("create_tfrecords: error: Beam option --runner Nope: Unexpected")
+    assert not out.exists()

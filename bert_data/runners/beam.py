@@ -347,6 +347,7 @@ def pipeline_options(config: Config, pipeline_args: Sequence[str]):
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
         standard.runner = "DirectRunner"
+    _check_runner(standard.runner)
     if is_direct(options):
         direct = options.view_as(DirectOptions)
         if not any(a.startswith("--direct_running_mode") for a in pipeline_args):
@@ -358,6 +359,17 @@ def pipeline_options(config: Config, pipeline_args: Sequence[str]):
             if not any(a.startswith("--default_sdk_harness_log_level") for a in pipeline_args):
                 options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
     return options
+
+
+def _check_runner(name: str) -> None:
+    """An unknown Beam runner is one line, before the output directory is touched."""
+    from apache_beam.runners.runner import create_runner
+
+    try:
+        create_runner(name)
+    except (ValueError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"Beam option --runner {name}: {first}") from None
 
 
 def _error_from_runner(exc: Exception) -> BertDataError:
