@@ -274,3 +274,19 @@ def test_damaged_journal_is_one_line_and_overwrite_recovers(tmp_path, target, da
     assert len(lines) == 1 and lines[0].startswith(f"create_tfrecords: error: --resume: {journal} is damaged (")
     assert what in lines[0] and lines[0].endswith("start over with --overwrite (the interrupted run cannot be continued)")
     assert _cli(args + ["--overwrite"]).returncode == 0
+
+
+def test_split_job_killed_in_train_resumes_both_halves(tmp_path) -> None:
+    """Killed while making train: --resume continues train and then simply makes validation."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=12)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    flags = dict(split_num=3, validation_fraction=0.3)
+    assert _cli(base_args(metadata, vocab, reference, **flags)).returncode == 0
+    args = base_args(metadata, vocab, out, **flags)
+    assert _cli(args, env={"BERT_DATA_CRASH_AT": "checkpointed:0"}).returncode == -signal.SIGKILL
+    assert not (out / "validation").exists()
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    for half in ("train", "validation"):
+        _same_output(out / half, reference / half)

@@ -375,9 +375,21 @@ def run_job(
     parts = split_configs(config)
     with output_lock(config.output_dir) if len(parts) > 1 else contextlib.nullcontext():
         return {
-            name: run(part, on_group=on_group, on_start=on_start, startup=startup)
+            name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup)
             for name, part in parts.items()
         }
+
+
+def _resumable(part: Config, parts: int) -> Config:
+    """``--resume`` of a train/validation job killed before its second half began: that half
+    has nothing to resume yet, so it simply starts (the pair is always complete or resumable)."""
+    if parts > 1 and part.resume:
+        started = os.path.exists(os.path.join(part.output_dir, WORK_DIR_NAME)) or os.path.exists(
+            os.path.join(part.output_dir, MANIFEST_NAME)
+        )
+        if not started:
+            return part.replace(resume=False)
+    return part
 
 
 def run(
@@ -413,6 +425,12 @@ def run(
                 return _run_planned(config, spool_path, summary, len(vocab), on_group, bytes_read)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
+            work_dir = os.path.join(config.output_dir, WORK_DIR_NAME)
+            if not os.path.isdir(work_dir):
+                raise OutputError(
+                    f"the work directory {work_dir} was removed while the run was writing ({exc.strerror or exc}); "
+                    f"nothing was published: start over without --resume"
+                ) from None
             raise OutputError(
                 f"writing to --output_dir {config.output_dir} failed: {exc.strerror or exc}{where}; "
                 f"free space and continue with --resume"
