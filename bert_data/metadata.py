@@ -96,7 +96,7 @@ def iter_metadata(
             raise MetadataError(f"metadata file {metadata_file} cannot be read ({exc.strerror})") from None
         with handle:
             if digest is not None:
-                digest.update(f"\0{len(metadata_file)}:{metadata_file}\0".encode("utf-8", "surrogateescape"))
+                digest.update(b"\0next metadata file\0")  # content only: the names are in the settings
             for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_METADATA_LINE + 1), b""), start=1):
                 if len(raw) > MAX_METADATA_LINE:
                     raise MetadataError(

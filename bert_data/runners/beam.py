@@ -53,7 +53,7 @@ from ..metadata import DocumentSource, MetadataSummary, WorkItem, decode_group, 
 from ..storage import open_metadata
 from ..storage import is_remote, join as _join
 from ..writer import WORK_DIR_NAME, prepare_output_dir, shard_file_names
-from .startup import startup_checks
+from .startup import input_fingerprints, startup_checks
 
 log = logging.getLogger("bert_data")
 
@@ -318,7 +318,8 @@ def _sum_stats(values) -> Dict[str, int]:
     return dict(total)
 
 
-def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, work_dir: str) -> None:
+def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, work_dir: str,
+             inputs: Dict) -> None:
     """Last step, inside the pipeline (so a job whose driver went away still completes): the
     manifest from the summed counters and per-shard counts (``format.manifest.build_manifest``,
     as the local runner); then the work dir is removed and ``data_params.json`` written, last."""
@@ -328,6 +329,7 @@ def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, voca
         raise RuntimeError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
     per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
     manifest = build_manifest(config.to_json(), Counter(stats), per_shard, summary, vocab)
+    manifest["inputs"] = inputs  # as the local runner records them
     if is_remote(work_dir):
         remove_remote_work_dir(work_dir)
     else:
@@ -425,6 +427,7 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
         | "Finalize"
         >> beam.Map(
             finalize, beam.pvalue.AsSingleton(stats), config, finish["summary"], finish["vocab"], work_dir,
+            finish["inputs"],
         )
     )
 
@@ -454,7 +457,9 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         pipeline = beam.Pipeline(options=options)
         # The vocabulary as the user named it (a URL stays a URL), hashed from the bytes shipped to workers.
         identity = VocabIdentity.of(config.vocab_file, vocab_bytes, len(vocab))
-        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir, {"summary": summary, "vocab": identity})
+        inputs = input_fingerprints(config, summary, local_vocab)
+        build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir,
+                       {"summary": summary, "vocab": identity, "inputs": inputs})
         _run_pipeline(pipeline, options)
         return json.loads(storage.read_bytes(_join(config.output_dir, MANIFEST_NAME)))
     finally:

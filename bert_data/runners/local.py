@@ -36,7 +36,7 @@ from ..metadata import (
 from ..storage import write_json_atomically
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
 from .lock import output_lock
-from .startup import StartupInfo, disk_space_warning, startup_checks
+from .startup import StartupInfo, disk_space_warning, input_fingerprints, startup_checks
 
 log = logging.getLogger("bert_data")
 
@@ -257,33 +257,6 @@ INPUT_CHANGES = {
 }
 
 
-def input_fingerprints(config: Config, summary: MetadataSummary) -> Dict[str, str]:
-    """Everything besides the settings that determines the output bytes: a resumed run must see
-    the same, or it would mix two corpora (or two vocabularies) in one output."""
-    from importlib import metadata as package_metadata
-
-    from .. import __version__
-    from ..format.manifest import file_sha256
-
-    def version(package: str) -> str:
-        try:
-            return package_metadata.version(package)
-        except package_metadata.PackageNotFoundError:
-            return "not installed"
-
-    segmenter = "lines" if config.single_sentence_per_line else (
-        f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
-        + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
-    )
-    return {
-        "metadata_sha256": summary.metadata_sha256,
-        "vocab_sha256": file_sha256(config.vocab_file),
-        "segmenter": segmenter,
-        "tokenizers": version("tokenizers"),
-        "bert_data_version": __version__,
-    }
-
-
 def _check_same_inputs(config: Config, inputs: Dict[str, str]) -> None:
     """--resume refuses, naming what changed, when the inputs differ from the interrupted run's."""
     from ..errors import ResumeError
@@ -460,7 +433,7 @@ def _run_planned(
     config: Config, spool_path: str, summary: MetadataSummary, vocab_size: int,
     on_group: Optional[ProgressCallback], bytes_read,
 ) -> Dict:
-    inputs = input_fingerprints(config, summary)
+    inputs = input_fingerprints(config, summary, config.vocab_file)
     prepared = _prepare(config, inputs)
     if prepared is None:
         log.info("%s is already complete: nothing to resume", config.output_dir)

@@ -126,3 +126,30 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
         f"--dupe_factor {config.dupe_factor}) but only {free / 1e9:.1f} GB are free under {probe}; free space, "
         f"or use --compression gzip (if it runs out, free space and continue with --resume)"
     )
+
+
+def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, str]:
+    """Everything besides the settings that determines the output bytes: a resumed run must see
+    the same, or it would mix two corpora (or two vocabularies) in one output."""
+    from importlib import metadata as package_metadata
+
+    from .. import __version__
+    from ..format.manifest import file_sha256
+
+    def version(package: str) -> str:
+        try:
+            return package_metadata.version(package)
+        except package_metadata.PackageNotFoundError:
+            return "not installed"
+
+    segmenter = "lines" if config.single_sentence_per_line else (
+        f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
+        + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
+    )
+    return {
+        "metadata_sha256": summary.metadata_sha256,
+        "vocab_sha256": file_sha256(vocab_path),
+        "segmenter": segmenter,
+        "tokenizers": version("tokenizers"),
+        "bert_data_version": __version__,
+    }
