@@ -20,6 +20,13 @@ before training, so the same input and flags give a byte-identical ``vocab.txt``
 
 Output layout: ``[PAD] [UNK] [CLS] [SEP] [MASK]`` at ids 0-4, then the alphabet (by code
 point), the ``##`` forms of the alphabet, then the learned pieces in the order they were learned.
+
+Case: ``do_lower_case`` defaults to False (a cased vocabulary), as ``create_tfrecords``'
+``--do_lower_case`` does: a vocabulary must be applied with the setting it was built with, so
+the two defaults agree.
+
+Progress: both passes report the input bytes of each document read to an optional
+:class:`VocabProgress` (the ``build_vocab`` tool draws it as a bar on a terminal).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -39,7 +46,20 @@ _BATCH_CHARS = 1 << 20
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_vocab", "VocabResult", "write_vocab"]
+__all__ = ["build_vocab", "VocabProgress", "VocabResult", "write_vocab"]
+
+
+class VocabProgress(Protocol):
+    """Where :func:`build_vocab` reports how far it is (all methods are called in order)."""
+
+    def start(self, description: str, total_bytes: int) -> None:
+        """A pass over the corpus begins (``total_bytes``: the listed files' size)."""
+
+    def advance(self, nbytes: int) -> None:
+        """One more document read, ``nbytes`` of input."""
+
+    def finish(self) -> None:
+        """The pass is over."""
 
 
 @dataclass
@@ -65,9 +85,10 @@ def _components(do_lower_case: bool):
 class _Corpus:
     """Re-iterable stream of the paragraphs of every document listed in the metadata files."""
 
-    def __init__(self, metadata_files: Sequence[str], prefix: str) -> None:
+    def __init__(self, metadata_files: Sequence[str], prefix: str, progress: Optional[VocabProgress] = None) -> None:
         self.metadata_files = list(metadata_files)
         self.prefix = prefix
+        self.progress = progress
         self.documents = 0
         self.skipped = 0
         self.paragraphs = 0
@@ -80,6 +101,8 @@ class _Corpus:
         self.documents = self.skipped = self.paragraphs = 0
         for source in iter_metadata(self.metadata_files, self.prefix):
             result = read_source(source, None)
+            if self.progress is not None:
+                self.progress.advance(result.input_bytes)
             if result.skip_reason:
                 self.skipped += 1
                 continue
@@ -160,31 +183,55 @@ def build_vocab(
     metadata_files: Sequence[str],
     input_files_prefix: str,
     vocab_size: int,
-    do_lower_case: bool = True,
+    do_lower_case: bool = False,
     min_frequency: int = 2,
     limit_alphabet: int = 1000,
+    progress: Optional[VocabProgress] = None,
 ) -> VocabResult:
-    """Train a WordPiece vocabulary; returns its tokens (id = index) and corpus counts."""
+    # Seven parameters: the command's flags, one each, plus where progress goes.
+    """Train a WordPiece vocabulary; returns its tokens (id = index) and corpus counts.
+
+    ``do_lower_case`` must be what ``create_tfrecords`` will be given with this vocabulary."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(f"--vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
     if min_frequency < 1:
         raise ConfigError(f"--min_frequency must be >= 1, got {min_frequency}")
     if limit_alphabet < 1:
         raise ConfigError(f"--limit_alphabet must be >= 1, got {limit_alphabet}")
-    from tokenizers import Tokenizer, models, trainers
-
     from .metadata import scan_metadata
 
-    scan_metadata(metadata_files, input_files_prefix)  # fail fast on missing documents
+    summary = scan_metadata(metadata_files, input_files_prefix)  # fail fast on missing documents
     normalizer, pre_tokenizer = _components(do_lower_case)
-    corpus = _Corpus(metadata_files, input_files_prefix)
+    corpus = _Corpus(metadata_files, input_files_prefix, progress)
 
+    _start(progress, "pass 1/2: characters", summary.total_bytes)
     counts, inside, total = count_characters(corpus, normalizer, pre_tokenizer)
+    _finish(progress)
     if not counts:
         raise ConfigError(
             f"the documents listed in {', '.join(metadata_files)} hold no text "
             f"({corpus.documents} read, {corpus.skipped} skipped)"
         )
+    chars, hashes = _alphabet(counts, inside, limit_alphabet, vocab_size)
+    _start(progress, "pass 2/2: training", summary.total_bytes)
+    tokens = _train(corpus, normalizer, pre_tokenizer, vocab_size, min_frequency, chars, hashes)
+    _finish(progress)
+    return VocabResult(tokens, corpus.documents, corpus.skipped, corpus.paragraphs, total, len(chars), len(hashes))
+
+
+def _start(progress: Optional[VocabProgress], description: str, total_bytes: int) -> None:
+    if progress is not None:
+        progress.start(description, total_bytes)
+
+
+def _finish(progress: Optional[VocabProgress]) -> None:
+    if progress is not None:
+        progress.finish()
+
+
+def _alphabet(counts: dict, inside: dict, limit_alphabet: int, vocab_size: int) -> Tuple[List[str], List[str]]:
+    """The alphabet (the ``limit_alphabet`` most frequent characters, by code point) and the
+    ``##`` forms of those that occur inside words; ConfigError when they leave no room."""
     ranked = sorted(counts, key=lambda c: (-counts[c], c))
     alphabet = sorted(ranked[:limit_alphabet])
     continuation = [c for c in alphabet if inside.get(c)]
@@ -195,8 +242,16 @@ def build_vocab(
             f"{len(alphabet)} alphabet characters + {len(continuation)} '##' continuation forms = {floor}; "
             f"raise --vocab_size or lower --limit_alphabet (the corpus has {len(counts)} distinct characters)"
         )
-    chars = [chr(c) for c in alphabet]
-    hashes = [PREFIX + chr(c) for c in continuation]
+    return [chr(c) for c in alphabet], [PREFIX + chr(c) for c in continuation]
+
+
+def _train(
+    corpus: _Corpus, normalizer, pre_tokenizer, vocab_size: int, min_frequency: int, chars: List[str], hashes: List[str]
+) -> List[str]:
+    # Seven parameters: the trainer's inputs, named rather than bundled for one private call.
+    """Train on ``corpus`` with every id fixed up front (see the module docstring); the tokens
+    in output order."""
+    from tokenizers import Tokenizer, models, trainers
 
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix=PREFIX))
     tokenizer.normalizer = normalizer
@@ -230,7 +285,7 @@ def build_vocab(
     if bad:
         log.warning("dropping %d token(s) that contain whitespace: %r", len(bad), bad[:5])
         tokens = [t for t in tokens if t not in set(bad)]
-    return VocabResult(tokens, corpus.documents, corpus.skipped, corpus.paragraphs, total, len(chars), len(hashes))
+    return tokens
 
 
 def write_vocab(tokens: Sequence[str], path: str) -> None:

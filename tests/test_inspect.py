@@ -4,6 +4,7 @@ on hand-made records with known content."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import sys
 from pathlib import Path
@@ -17,8 +18,9 @@ from bert_data.tools.create import main as create_main
 from bert_data.format.checks import check_records, layout_from_names
 from bert_data.format.manifest import ManifestError, ObservedShards, load_manifest, verify_manifest
 from bert_data.format.records import frame_records, serialize_examples
+from bert_data.inspection import parallel
 from bert_data.inspection.inputs import VocabInfo, resolve_inputs
-from bert_data.inspection.stats import MAX_REASONS
+from bert_data.inspection.stats import MAX_REASONS, inspect_files
 from bert_data.format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
 
 from conftest import base_args, write_corpus, write_vocab
@@ -60,6 +62,7 @@ REC1 = make_record(
 )
 # [CLS] [MASK]{dog} ran [SEP] | the [UNK] [SEP]  -> one [MASK]; NSP 0
 REC2 = make_record(["[CLS]", "[MASK]", "ran", "[SEP]", "the", "[UNK]", "[SEP]"], 4, [(1, "dog")], 0)
+BAD_LABEL = dict(REC1, next_sentence_labels=np.array([7]))
 
 
 def encode(records: Sequence[Dict[str, np.ndarray]], order=ORDER) -> bytes:
@@ -125,7 +128,7 @@ def test_prints_decoded_instances(tmp_path, vocab, capsys):
     assert f"{f} record 0: 10/12 tokens, 3 predictions, NSP label 1 = B is a random segment" in lines
     assert "  A: [CLS] the [MASK]{cat} sat [SEP]" in lines
     assert "  B: the mat{dog} ran .{.} [SEP]" in lines
-    assert f"{f} record 1: 7/12 tokens, 1 predictions, NSP label 0 = B is the true next segment" in lines
+    assert f"{f} record 1: 7/12 tokens, 1 prediction, NSP label 0 = B is the true next segment" in lines
     assert "  A: [CLS] [MASK]{dog} ran [SEP]" in lines
     assert "  B: the [UNK] [SEP]" in lines
 
@@ -445,19 +448,66 @@ def test_manifest_vocab_missing(tmp_path, capsys):
 
 def test_plot_without_matplotlib(tmp_path, vocab, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     f = write_records(tmp_path / "a.tfrecords", [REC1])
-    code, _, err = run(capsys, f, "--plot", tmp_path / "p.png")
-    assert code == 2 and "pip install matplotlib" in err
+    code, out, err = run(capsys, f, "--plot", tmp_path / "p.png")
+    assert code == 2 and out == ""
+    assert err == "inspect_tfrecords: error: --plot needs matplotlib: pip install 'bert_data[plot]'\n"
     assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_extra_is_declared():
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'plot = ["matplotlib' in pyproject
 
 
 def test_plot(tmp_path, vocab, capsys):
     pytest.importorskip("matplotlib")
-    f = write_records(tmp_path / "a.tfrecords", [REC1, REC2])
+    out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1, REC2], "examples-2.tfrecords": [REC2, BAD_LABEL]})
     png = tmp_path / "p.png"
-    code, _, err = run(capsys, f, "--vocab_file", vocab, "--plot", png)
-    assert code == 0, err
+    code, text, err = run(capsys, out, "--vocab_file", vocab, "--plot", png)
+    assert code == 1, err  # the bad record is reported; the plot is drawn all the same
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert text.rstrip().endswith("FAILED")
+    # unmasked records without a vocabulary: the panels that cannot be drawn say why
+    raw = tmp_path / "raw.tfrecords"
+    write_records(raw, [RAW1], order=UNMASKED_ORDER)
+    code, _, err = run(capsys, raw, "--plot", tmp_path / "raw.png")
+    assert code == 0, err
+    assert (tmp_path / "raw.png").stat().st_size > 0
+
+
+def test_plot_panels(tmp_path):
+    """The figure holds the panels a reader needs: log-scaled histograms, the label balance,
+    the mask composition and the [UNK] rate of each file."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bert_data.inspection import report as report_module
+
+    captured = {}
+    real_close = plt.close
+
+    def keep(fig):
+        captured["fig"] = fig
+
+    files = [write_records(tmp_path / f"examples-{i}.tfrecords", [REC1, REC2]) for i in (1, 2)]
+    vocab_info = VocabInfo("v", TOKENS, 0, 1, 2, 3, 4)
+    found = inspect_files(resolve_inputs([str(f) for f in files])[0], vocab_info)
+    plt.close = keep
+    try:
+        report_module.write_plot(found.report, str(tmp_path / "p.png"), plt, report_module.shard_rows(found.files))
+    finally:
+        plt.close = real_close
+    axes = captured["fig"].axes
+    titles = " | ".join(ax.get_title() for ax in axes)
+    for wanted in ("real length", "masked positions", "NSP labels", "mask composition", "[UNK] rate per file", "summary"):
+        assert wanted in titles
+    assert axes[0].get_yscale() == "log" and axes[1].get_yscale() == "log"
+    assert len(axes[4].patches) == 2  # one [UNK] bar per file
+    assert report_module.shard_rows(found.files) == [("examples-1.tfrecords", 2, 1, 11), ("examples-2.tfrecords", 2, 1, 11)]
+    real_close(captured["fig"])
 
 
 def test_malformed_example_is_a_bad_record(tmp_path, vocab, capsys):
@@ -680,3 +730,172 @@ def test_layout_from_names():
     assert layout_from_names(["input_mask", "input_ids"]) == "unmasked"
     # no exact match: the closest layout, so the complaints are the useful ones
     assert layout_from_names(["input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions"]) == "mlm_only"
+
+
+# --------------------------------------------------------------------------------------------
+# Bulk decoding, several processes, progress: the report does not change
+# --------------------------------------------------------------------------------------------
+
+
+def _unpacked(rec: Dict[str, np.ndarray]) -> bytes:
+    """A valid tf.train.Example of ``rec`` as an old writer could emit it: int64 values unpacked
+    (one varint field each), so the bulk decoder must leave it to parse_example."""
+    from bert_data.format.records import _varint_bytes as v
+
+    def ld(field: int, payload: bytes) -> bytes:
+        return v(field << 3 | 2) + v(len(payload)) + payload
+
+    entries = b""
+    for name, dtype in ORDER:
+        values = np.asarray(rec[name])
+        if dtype == "int64":
+            body = ld(3, b"".join(v(1 << 3) + v(int(x)) for x in values))
+        else:
+            body = ld(2, ld(1, values.astype("<f4").tobytes()))
+        entries += ld(1, ld(1, name.encode()) + ld(2, body))
+    return ld(1, entries)
+
+
+def _mixed_shards(directory: Path) -> List[Path]:
+    """Shards holding every kind of record: valid, invalid values, wrong structure, another
+    valid encoding, malformed bytes, and a corrupt frame at the end of one file."""
+    directory.mkdir(exist_ok=True)
+    malformed = frame_records([b"\x0a\x05\x0a\x03abc"])
+    first = frame_records([_unpacked(REC1)]) + encode([REC1, REC2] + list(BAD_RECORDS.values())) + malformed
+    second = encode([dict(REC1, input_ids=REC1["input_ids"][:11]), REC2] * 3) + frame_records([_unpacked(REC2)])
+    third = bytearray(encode([REC2, REC1] * 40 + [BAD_LABEL]))
+    third[-10] ^= 0xFF  # a bad data CRC in the last record
+    paths = []
+    for i, data in enumerate((first, second, bytes(third), encode([REC1] * 7)), start=1):
+        path = directory / f"examples-{i}.tfrecords"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def _report_and_text(capsys, tmp_path: Path, *argv) -> tuple:
+    code, report, text, err = stats_json(capsys, tmp_path, *argv)
+    return code, report, text
+
+
+def test_bulk_decoding_gives_the_record_by_record_report(tmp_path, vocab, capsys, monkeypatch):
+    """Every record through parse_example (the old path) or in bulk: the same report and text."""
+    import bert_data.inspection.stats as stats
+
+    out = tmp_path / "out"
+    _mixed_shards(out)
+    write_manifest(out, {"examples-1.tfrecords": 3, "examples-2.tfrecords": 7}, vocab=vocab)
+    bare = tmp_path / "bare"
+    _mixed_shards(bare)
+    calls = []
+    real_parse = stats.parse_example
+    monkeypatch.setattr(stats, "parse_example", lambda data: calls.append(1) or real_parse(data))
+    for args in ([out, "--num_workers", "1"], [bare, "--vocab_file", vocab, "--num_workers", "1"]):
+        calls.clear()
+        fast = _report_and_text(capsys, tmp_path, *args)
+        assert len(calls) <= 12  # all but the odd records were decoded in bulk
+        with monkeypatch.context() as m:
+            m.setattr(stats, "decode_examples", lambda data, starts, lengths, features, small_ints=False: (
+                {name: np.zeros((0, k), np.int64) for name, _, k in features}, np.zeros(len(starts), bool)))
+            slow = _report_and_text(capsys, tmp_path, *args)
+        assert fast == slow
+        assert fast[1]["bad_records"] > 10 and fast[1]["valid_instances"] > 80
+
+
+@pytest.mark.parametrize("workers", ["2", "3"])
+def test_report_is_the_same_for_any_number_of_workers(tmp_path, vocab, capsys, monkeypatch, workers):
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 0)  # small files: use the workers anyway
+    out = tmp_path / "out"
+    _mixed_shards(out)
+    write_manifest(out, {"examples-1.tfrecords": 3}, vocab=vocab)
+    bare = tmp_path / "bare"  # no manifest: layout and lengths are learnt from the first records
+    paths = _mixed_shards(bare)
+    paths[0].write_bytes(frame_records([b"\x0a\x05\x0a\x03abc"]) + paths[0].read_bytes())
+    # a directory whose first file teaches nothing (only malformed records): read in one process
+    dull = tmp_path / "dull"
+    _mixed_shards(dull)[0].write_bytes(frame_records([b"\x0a\x05\x0a\x03abc"] * 3))
+    for target in (out, bare, dull):
+        one = _report_and_text(capsys, tmp_path, target, "--vocab_file", vocab, "--num_workers", "1")
+        many = _report_and_text(capsys, tmp_path, target, "--vocab_file", vocab, "--num_workers", workers)
+        assert one == many
+        assert one[1]["instances"] > 90
+    # several directories at once, in one report
+    one = _report_and_text(capsys, tmp_path, out, bare, "--vocab_file", vocab, "--num_workers", "1")
+    assert one == _report_and_text(capsys, tmp_path, out, bare, "--vocab_file", vocab, "--num_workers", workers)
+
+
+def test_parallel_read_reports_the_first_unreadable_file(tmp_path, vocab, capsys, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 0)
+    paths = _mixed_shards(tmp_path / "out")
+    unreadable = tmp_path / "out" / "examples-9.tfrecords"
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)  # a socket file exists but cannot be opened, even by root
+    sock.bind(str(unreadable))
+    argv = [paths[0], unreadable, paths[1], "--stats", "--vocab_file", vocab]
+    try:
+        for workers in ("1", "2"):
+            code, out, err = run(capsys, *argv, "--num_workers", workers)
+            assert code == 2 and out == ""
+            assert err.startswith(f"inspect_tfrecords: error: {unreadable}: cannot be read (") and err.count("\n") == 1
+    finally:
+        sock.close()
+
+
+def test_real_output_with_workers(tmp_path, tiny_corpus, tiny_vocab, capsys, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 0)
+    out = tmp_path / "tf"
+    assert create_main(base_args(tiny_corpus, tiny_vocab, out)) == 0
+    capsys.readouterr()
+    one = _report_and_text(capsys, tmp_path, out, "--num_workers", "1")
+    assert one[0] == 0 and one[1]["bad_records"] == 0
+    assert one == _report_and_text(capsys, tmp_path, out, "--num_workers", "3")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path, vocab, capsys, monkeypatch):
+    f = write_records(tmp_path / "a.tfrecords", [REC1, REC2] * 20)
+    code, out, err = run(capsys, f, "--vocab_file", vocab, "--stats")
+    assert code == 0 and err == ""  # not a terminal: nothing on stderr
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert insp.main([str(f), "--vocab_file", str(vocab), "--stats"]) == 0
+    assert "reading" in terminal.getvalue() and "B/s" in terminal.getvalue()
+    quiet = _Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    assert insp.main([str(f), "--vocab_file", str(vocab), "--stats", "--quiet"]) == 0
+    assert quiet.getvalue() == ""
+    assert "instances: 40 (40 valid, 0 bad)" in capsys.readouterr().out
+
+
+def test_progress_bar_with_workers(tmp_path, vocab, capsys, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 0)
+    out = tmp_path / "out"
+    _mixed_shards(out)
+    expected = _report_and_text(capsys, tmp_path, out, "--vocab_file", vocab, "--num_workers", "1")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    got = _report_and_text(capsys, tmp_path, out, "--vocab_file", vocab, "--num_workers", "3")
+    assert got == expected
+    assert "reading" in terminal.getvalue()
+
+
+def test_num_workers_must_be_positive(tmp_path, vocab, capsys):
+    f = write_records(tmp_path / "a.tfrecords", [REC1])
+    with pytest.raises(SystemExit) as exc:
+        insp.main([str(f), "--stats", "--num_workers", "0"])
+    assert exc.value.code == 2
+    assert "--num_workers: must be >= 1" in capsys.readouterr().err
+
+
+def test_help_says_what_the_numbers_mean(capsys):
+    with pytest.raises(SystemExit) as exc:
+        insp.main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for wanted in ("random fraction", "50-60%", "[MASK] ~80%", "[UNK] rate", "max_predictions_per_seq", "--num_workers"):
+        assert wanted in text

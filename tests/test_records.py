@@ -493,3 +493,229 @@ def test_parse_example_of_tensorflow_bytes_list(tf):
 def test_parse_example_malformed(data):
     with pytest.raises(RecordFormatError, match="malformed"):
         parse_example(data)
+
+
+# ----------------------------------------------------------------------------------------
+# iter_record_batches: iter_records' payloads and errors, in batches
+# ----------------------------------------------------------------------------------------
+
+
+def batch_payloads(path, chunk_bytes: int = 64):
+    """(payloads, error message or None) read by iter_record_batches, checking the batches' indices."""
+    out = []
+    try:
+        for batch in records.iter_record_batches(path, chunk_bytes=chunk_bytes):
+            assert batch.first == len(out)
+            out += [batch.payload(i) for i in range(len(batch))]
+    except RecordFormatError as exc:
+        return out, str(exc)
+    return out, None
+
+
+def reference_payloads(path):
+    out = []
+    try:
+        for payload in iter_records(path):
+            out.append(payload)
+    except RecordFormatError as exc:
+        return out, str(exc)
+    return out, None
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 13, 64, 1 << 20])
+def test_iter_record_batches_round_trip(tmp_path, chunk_bytes):
+    big = bytes(range(256)) * 40  # a record larger than most chunks
+    payloads = PAYLOADS + [big] + PAYLOADS
+    path = tmp_path / "r.tfrecord"
+    path.write_bytes(frame_records(payloads))
+    assert batch_payloads(path, chunk_bytes) == (payloads, None)
+    path.write_bytes(gzip.compress(frame_records(payloads)))
+    assert batch_payloads(path, chunk_bytes) == (payloads, None)
+    path.write_bytes(b"")
+    assert batch_payloads(path, chunk_bytes) == ([], None)
+
+
+def test_iter_record_batches_position_reaches_the_file_size(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    data = frame_records(PAYLOADS * 50)
+    path.write_bytes(data)
+    positions = [batch.position for batch in records.iter_record_batches(path, chunk_bytes=100)]
+    assert positions == sorted(positions) and positions[-1] == len(data)
+
+
+def test_iter_record_batches_truncated_like_iter_records(tmp_path):
+    data = frame_records(PAYLOADS)
+    path = tmp_path / "t.tfrecord"
+    for cut in range(len(data)):
+        path.write_bytes(data[:cut])
+        assert batch_payloads(path, 16) == reference_payloads(path), cut
+
+
+def test_iter_record_batches_corruption_like_iter_records(tmp_path):
+    data = frame_records(PAYLOADS)
+    path = tmp_path / "c.tfrecord"
+    for i in range(len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 0x40
+        path.write_bytes(bytes(bad))
+        got = batch_payloads(path, 40)
+        assert got == reference_payloads(path), i
+        assert got[1] is not None
+
+
+def test_iter_record_batches_damaged_gzip_like_iter_records(tmp_path):
+    z = gzip.compress(frame_records(PAYLOADS * 20))
+    path = tmp_path / "t.gz"
+    for damaged in (z[: len(z) // 2], z[:-3], z[:40] + bytes(20) + z[60:]):
+        path.write_bytes(damaged)
+        got = batch_payloads(path, 100)
+        assert got == reference_payloads(path)
+        assert got[1] is not None and str(path) in got[1]
+
+
+def test_iter_record_batches_missing_file(tmp_path):
+    with pytest.raises(RecordFormatError, match="cannot open"):
+        list(records.iter_record_batches(tmp_path / "nope.tfrecord"))
+
+
+# ----------------------------------------------------------------------------------------
+# decode_examples: the batch decoder agrees with parse_example
+# ----------------------------------------------------------------------------------------
+
+nonneg_values = st.one_of(st.sampled_from([v for v in SPECIAL_INTS if 0 <= v < 2**63]), st.integers(0, 300))
+
+
+@st.composite
+def layouts(draw):
+    """A batch of a fixed layout (every list non-empty, int64 values >= 0), serialized, and some
+    of its records damaged: (payloads, features for decode_examples, which were damaged)."""
+    n = draw(st.integers(1, 6))
+    names = sorted(draw(st.lists(st.sampled_from(["a", "ids", "mask", "w", "labels", "zz"]), min_size=1, max_size=4, unique=True)))
+    order = [(name, draw(st.sampled_from(["int64", "float32"]))) for name in names]
+    features = {}
+    spec = []
+    for name, dtype in order:
+        k = draw(st.sampled_from([1, 2, 3, 7]))
+        if dtype == "int64":
+            vals = draw(st.lists(nonneg_values, min_size=n * k, max_size=n * k))
+            features[name] = np.array(vals, dtype=np.uint64).astype(np.int64).reshape(n, k)
+        else:
+            vals = draw(st.lists(float_values, min_size=n * k, max_size=n * k))
+            features[name] = np.array(vals, dtype=np.float32).reshape(n, k)
+        spec.append((name, dtype, k))
+    payloads = serialize_examples(features, order)
+    damaged = set()
+    for i in range(n):
+        if draw(st.booleans()):
+            continue
+        data = bytearray(payloads[i])
+        kind = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
+        at = draw(st.integers(0, len(data)))
+        if kind == "flip" and at < len(data):
+            data[at] ^= draw(st.integers(1, 255))
+        elif kind == "insert":
+            data[at:at] = bytes([draw(st.integers(0, 255))])
+        elif kind == "delete" and at < len(data):
+            del data[at]
+        else:
+            data = data[:at]
+        if bytes(data) != payloads[i]:
+            payloads[i] = bytes(data)
+            damaged.add(i)
+    return payloads, spec, damaged
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        return a.dtype == b.dtype == np.float32 and a.shape == b.shape and a.view(np.uint32).tolist() == b.view(np.uint32).tolist()
+    return a.shape == b.shape and a.tolist() == b.tolist()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layouts(), st.booleans())
+def test_decode_examples_agrees_with_parse_example(layout, small_ints):
+    payloads, spec, damaged = layout
+    data = b"".join(payloads)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    starts = np.cumsum(lengths) - lengths
+    arrays, ok = records.decode_examples(data, starts, lengths, spec, small_ints=small_ints)
+    assert ok.dtype == bool and ok.shape == (len(payloads),)
+    assert set(arrays) == {name for name, _, _ in spec}
+    for row, i in enumerate(np.flatnonzero(ok)):
+        parsed = parse_example(payloads[i])  # every decoded record is one parse_example reads the same
+        assert sorted(parsed) == sorted(arrays)
+        for name, dtype, k in spec:
+            assert isinstance(parsed[name], np.ndarray) and parsed[name].dtype == np.dtype(dtype)
+            assert arrays[name].shape[1] == k
+            assert _same_values(parsed[name], arrays[name][row])
+    for i in set(range(len(payloads))) - damaged:
+        assert ok[i]  # every undamaged record (the writer's own encoding) is decoded in bulk
+
+
+def test_decode_examples_bert_batch():
+    features = bert_batch(300, seed=5)
+    order = BERT_ORDER
+    payloads = serialize_examples(features, order)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    starts = np.cumsum(lengths) - lengths
+    spec = [(name, dtype, features[name].shape[1]) for name, dtype in order]
+    for small in (False, True):
+        arrays, ok = records.decode_examples(b"".join(payloads), starts, lengths, spec, small_ints=small)
+        assert ok.all()
+        for name, _ in order:
+            np.testing.assert_array_equal(arrays[name], features[name])
+            if small and features[name].dtype.kind == "i":
+                assert arrays[name].dtype == np.int32
+    # another length than the layout's: left to parse_example, record by record
+    short = [(name, dtype, k + 1 if name == "input_ids" else k) for name, dtype, k in spec]
+    _, ok = records.decode_examples(b"".join(payloads), starts, lengths, short)
+    assert not ok.any()
+
+
+def test_decode_examples_every_changed_byte():
+    """Change each byte of one record of a batch in turn (low bit: a varint keeps its width, so
+    the record keeps the first record's layout): it is either refused, or read exactly as
+    parse_example reads it; the other records are decoded all the same."""
+    features = bert_batch(6, seed=9, seq=16, pred=3)
+    spec = [(name, dtype, features[name].shape[1]) for name, dtype in BERT_ORDER]
+    payloads = serialize_examples(features, BERT_ORDER)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    starts = np.cumsum(lengths) - lengths
+    target = 3
+    for at in range(len(payloads[target])):
+        for bit in (0x01, 0x80):
+            changed = bytearray(payloads[target])
+            changed[at] ^= bit
+            data = b"".join(payloads[:target] + [bytes(changed)] + payloads[target + 1 :])
+            arrays, ok = records.decode_examples(data, starts, lengths, spec)
+            assert ok[[i for i in range(6) if i != target]].all()
+            if ok[target]:
+                parsed = parse_example(bytes(changed))
+                row = int(np.flatnonzero(ok).tolist().index(target))
+                assert sorted(parsed) == sorted(arrays)
+                for name in arrays:
+                    assert isinstance(parsed[name], np.ndarray) and parsed[name].dtype == arrays[name].dtype
+                    assert _same_values(parsed[name], arrays[name][row]), (at, bit, name)
+
+
+def test_decode_examples_mixed_header_layouts():
+    """Records whose length varints have different widths (payloads either side of 128 bytes,
+    as MSL-64 input_ids are): several header layouts in one batch, all decoded, all right."""
+    rng = np.random.default_rng(4)
+    n, k = 200, 100
+    ids = rng.integers(0, 128, (n, k))
+    wide = rng.integers(0, k + 1, n)  # how many 2-byte values each record has: payloads of 100..200 bytes
+    for i in range(n):
+        ids[i, : wide[i]] = rng.integers(128, 16384, wide[i])
+    ids[::7, 0] = 2**40  # and some 6-byte values
+    features = {"input_ids": ids, "input_mask": rng.integers(0, 2, (n, k)), "w": rng.random((n, 3)).astype(np.float32)}
+    order = [("input_ids", "int64"), ("input_mask", "int64"), ("w", "float32")]
+    payloads = serialize_examples(features, order)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    sizes = k + wide + 5 * (np.arange(n) % 7 == 0)
+    assert (sizes < 128).any() and (sizes >= 128).any()
+    starts = np.cumsum(lengths) - lengths
+    arrays, ok = records.decode_examples(b"".join(payloads), starts, lengths, [(n_, d, features[n_].shape[1]) for n_, d in order])
+    assert ok.all()
+    for name, _ in order:
+        np.testing.assert_array_equal(arrays[name], features[name])

@@ -248,3 +248,58 @@ def test_sample_corpus_split(tmp_path, capsys):
     assert len(read_lines(tmp_path / "validation_metadata.txt")) == 4
     for line in read_lines(tmp_path / "train_metadata.txt"):
         assert (sample.parent / line).is_file()
+
+
+def test_cli_refuses_to_overwrite_earlier_outputs(tmp_path, capsys):
+    meta = write_metadata(tmp_path / "m.txt", doc_paths(20))
+    out = tmp_path / "out"
+    args = ["--metadata_files", str(meta), "--validation_count", "3", "--output_dir", str(out)]
+    assert run_split(tmp_path, capsys, *args)[0] == 0
+    (out / "train_metadata.txt").write_text("mine\n", encoding="utf-8")
+    code, stdout, stderr = run_split(tmp_path, capsys, *args)
+    assert code == 2 and stdout == ""
+    assert stderr == f"split_metadata: error: {out / 'train_metadata.txt'} exists; pass --overwrite to replace it\n"
+    assert (out / "train_metadata.txt").read_text(encoding="utf-8") == "mine\n"  # untouched
+    # only the validation file left over: refused too, naming it
+    (out / "train_metadata.txt").unlink()
+    code, _, stderr = run_split(tmp_path, capsys, *args)
+    assert code == 2 and f"{out / 'validation_metadata.txt'} exists" in stderr and stderr.count("\n") == 1
+    code, stdout, stderr = run_split(tmp_path, capsys, *args, "--overwrite")
+    assert code == 0 and stderr == ""
+    assert len(read_lines(out / "train_metadata.txt")) == 17
+    # --overwrite never lets an output replace an input
+    code, _, stderr = run_split(
+        tmp_path, capsys, "--metadata_files", str(out / "train_metadata.txt"), "--validation_count", "2",
+        "--output_dir", str(out), "--overwrite",
+    )
+    assert code == 2 and "refusing to overwrite" in stderr
+
+
+def test_cli_messages_count_in_the_singular(tmp_path, capsys):
+    meta = write_metadata(tmp_path / "m.txt", ["a.txt", "b.txt", "a.txt"])
+    code, stdout, stderr = run_split(
+        tmp_path, capsys, "--metadata_files", str(meta), "--validation_count", "1", "--output_dir", str(tmp_path / "o")
+    )
+    assert code == 0
+    assert "warning: 1 duplicate entry of 1 document written once: a.txt (x2)" in stderr
+    assert stdout.startswith("split 2 documents from 3 entries: 1 train -> ")
+    meta = write_metadata(tmp_path / "one.txt", ["a.txt", "b.txt"])
+    code, stdout, _ = run_split(
+        tmp_path, capsys, "--metadata_files", str(meta), "--validation_count", "1", "--output_dir", str(tmp_path / "p")
+    )
+    assert code == 0 and "from 2 entries: 1 train" in stdout
+
+
+def test_help_says_how_big_a_validation_set(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "a few thousand documents" in text and "--validation_count" in text and "--overwrite" in text
+
+
+def test_no_progress_output_off_a_terminal(tmp_path, capsys):
+    meta = write_metadata(tmp_path / "m.txt", doc_paths(50))
+    code, stdout, stderr = run_split(tmp_path, capsys, "--metadata_files", str(meta), "--validation_count", "5",
+                                     "--output_dir", str(tmp_path / "o"))
+    assert code == 0 and stderr == "" and len(stdout.splitlines()) == 1

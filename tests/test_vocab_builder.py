@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -42,11 +43,12 @@ def test_layout_and_load_vocab(tmp_path, tiny_corpus, capsys):
     assert 5 < len(tokens) <= 300
     vocab = load_vocab(str(out))
     assert [vocab[t] for t in SPECIALS] == [0, 1, 2, 3, 4]
-    # alphabet right after the specials, then its ## forms; no uppercase (uncased by default)
+    # alphabet right after the specials, then its ## forms; cased by default, as create_tfrecords
     assert "a" in vocab and "##a" in vocab and vocab["a"] < vocab["##a"]
-    assert not any(c.isupper() for t in tokens[5:] for c in t)
-    assert case_mismatch_warning(vocab, True) is None
+    assert any(c.isupper() for t in tokens[5:] for c in t)
+    assert case_mismatch_warning(vocab, False) is None
     assert f"wrote {out}: {len(tokens)} tokens" in stdout
+    assert stdout.rstrip().endswith("--no-do_lower_case")  # the create_tfrecords flag that goes with it
 
 
 def test_deterministic_across_runs_and_processes(tmp_path, tiny_corpus, capsys):
@@ -78,7 +80,8 @@ def test_sample_vocab_is_reproducible(tmp_path, capsys):
 
 def test_built_vocab_drives_create_tfrecords(tmp_path, tiny_corpus, capsys):
     vocab = tmp_path / "vocab.txt"
-    assert build(capsys, tiny_corpus, vocab)[0] == 0
+    code, stdout, _ = build(capsys, tiny_corpus, vocab, "--do_lower_case")  # base_args passes --do_lower_case
+    assert code == 0 and stdout.rstrip().endswith("--do_lower_case")
     tok = FullTokenizer(str(vocab), do_lower_case=True)
     assert "[UNK]" not in tok.tokenize("The cat sat on the mat.")
     out = tmp_path / "tf"
@@ -92,6 +95,9 @@ def test_cased_vocab(tmp_path, tiny_corpus, capsys):
     out = tmp_path / "cased.txt"
     code, stdout, _ = build(capsys, tiny_corpus, out, "--no-do_lower_case")
     assert code == 0
+    default = tmp_path / "default.txt"
+    assert build(capsys, tiny_corpus, default)[0] == 0
+    assert default.read_bytes() == out.read_bytes()  # cased is the default, as in create_tfrecords
     vocab = load_vocab(str(out))
     assert any(t[:1].isupper() for t in vocab if not t.startswith("["))
     assert case_mismatch_warning(vocab, False) is None
@@ -144,3 +150,50 @@ def test_io_errors_exit_2(tmp_path, tiny_corpus, capsys):
     with pytest.raises(SystemExit) as exc:
         vocab_builder.main(["--metadata_files", str(tiny_corpus)])  # --output/--vocab_size missing
     assert exc.value.code == 2
+
+
+def test_case_defaults_agree_with_create_tfrecords(capsys):
+    from bert_data.config import Config
+    from bert_data.vocab_builder import build_vocab
+
+    assert vocab_builder.build_parser().parse_args(["--metadata_files", "m", "--output", "o", "--vocab_size", "9"]).do_lower_case is False
+    assert Config().do_lower_case is False
+    assert build_vocab.__defaults__[0] is False  # do_lower_case of the library function
+    with pytest.raises(SystemExit):
+        vocab_builder.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "vocabulary and create_tfrecords must use the same --do_lower_case" in text
+    assert "30,522" in text and "--vocab_size" in text  # what size to choose
+
+
+def test_messages_count_in_the_singular(tmp_path, capsys):
+    docs = tmp_path / "one"
+    docs.mkdir()
+    (docs / "doc.txt").write_text("The cat sat on the mat. The dog ran far away.\n", encoding="utf-8")
+    (docs / "metadata.txt").write_text("doc.txt\n", encoding="utf-8")
+    code, stdout, _ = build(capsys, docs / "metadata.txt", tmp_path / "v.txt", size=60)
+    assert code == 0
+    assert "from 1 document (0 skipped), 1 paragraph," in stdout
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path, tiny_corpus, capsys, monkeypatch):
+    code, _, err = build(capsys, tiny_corpus, tmp_path / "a.txt")
+    assert code == 0 and err == ""  # not a terminal: nothing
+    for quiet, expect_bar in ((False, True), (True, False)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        extra = ["--quiet"] if quiet else []
+        assert vocab_builder.main(
+            ["--metadata_files", str(tiny_corpus), "--input_files_prefix", str(tiny_corpus.parent),
+             "--output", str(tmp_path / "b.txt"), "--vocab_size", "300", *extra]
+        ) == 0
+        shown = terminal.getvalue()
+        assert ("pass 1/2: characters" in shown and "pass 2/2: training" in shown) == expect_bar
+        if not expect_bar:
+            assert shown == ""
+    assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()

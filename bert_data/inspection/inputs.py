@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..format.checks import layout_from_names
+from ..format.checks import is_masked, layout_from_names
 from ..format.manifest import (
     Manifest,
     ObservedShards,
@@ -196,6 +196,18 @@ class Group:
             if pred and pred > 0:
                 group.pred = pred
         return group
+
+    def ready(self) -> bool:
+        """True once what a record is checked against (layout, lengths) is known: learning from
+        further records can then only fill in ``observed_seq``/``observed_pred``."""
+        if self.layout is None or self.seq is None:
+            return False
+        return self.pred is not None or not is_masked(self.layout)
+
+    def snapshot(self) -> "Group":
+        """A copy to read one more file with (in another process), without what was observed
+        so far: it reports what that file alone shows (:attr:`observed_seq`/``_pred``, counts)."""
+        return replace(self, observed_seq=None, observed_pred=None, counts={}, compressions={})
 
     def learn_layout(self, example: Dict[str, Any], source: str) -> str:
         """The layout, from the first record's feature names when the manifest left it open."""

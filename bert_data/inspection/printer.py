@@ -19,6 +19,7 @@ from ..format.checks import check_records, is_masked, is_paired, layout_names, s
 from ..format.records import iter_records, parse_example
 from . import InspectError
 from .inputs import Group, InputFile, VocabInfo, file_directory
+from .report import plural
 
 __all__ = ["PREDICTION_LEGEND", "decode_instance", "decode_sequence", "print_instances"]
 
@@ -106,7 +107,7 @@ def _header(where: str, arrays: Dict[str, np.ndarray], layout: str) -> str:
     header = where + f": {int((arrays['input_mask'] == 1).sum())}/{len(arrays['input_ids'])} tokens"
     if is_masked(layout):
         weights = arrays.get("masked_lm_weights", np.zeros(0))
-        header += f", {int((weights != 0).sum())} predictions"
+        header += ", " + plural(int((weights != 0).sum()), "prediction")
     else:
         header += ", unmasked"
     if is_paired(layout):

@@ -5,15 +5,25 @@ imported only when a plot is asked for)."""
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..format.checks import is_masked
 from . import InspectError
 
-__all__ = ["format_stats", "import_pyplot", "write_plot"]
+__all__ = ["PLOT_INSTALL_HINT", "format_stats", "import_pyplot", "plural", "shard_rows", "write_plot"]
+
+PLOT_INSTALL_HINT = "--plot needs matplotlib: pip install 'bert_data[plot]'"
+
+
+def plural(count: int, word: str, many: Optional[str] = None) -> str:
+    """``"1 document"``, ``"2 documents"``, ``"1 entry"`` / ``"3 entries"`` (``many`` when the
+    plural is not ``word + "s"``). Every tool's messages use it (it would sit better beside
+    :func:`bert_data.errors.print_error`)."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def _text_histogram(hist: np.ndarray, max_rows: int = 16, width: int = 40) -> List[str]:
@@ -113,38 +123,41 @@ def import_pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InspectError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+        raise InspectError(PLOT_INSTALL_HINT) from None
     return plt
 
 
-def write_plot(report: Dict[str, Any], path: str, plt: Any) -> None:
-    """The length (and masking) histograms of a report as a PNG, the headline numbers as caption."""
-    panels = [("real_length", "real length per instance", "tokens incl. [CLS]/[SEP]")]
-    if report.get("masked_per_instance") is not None:
-        panels.append(("masked_per_instance", "masked positions per instance", "predictions"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    for ax, (key, title, xlabel) in zip(axes[0], panels):
-        hist = np.asarray(report[key]["histogram"])
-        ax.bar(np.arange(len(hist)), hist, width=1.0, color="#4c72b0")
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("instances")
-    caption = f"{report['instances']} instances"
-    if report.get("record_schema"):
-        caption += f" ({report['record_schema']})"
-    if report.get("nsp"):
-        caption += f"; NSP random {_pct(report['nsp']['random_fraction'])}"
-    if report.get("sop"):
-        caption += f"; SOP swapped {_pct(report['sop']['swapped_fraction'])}"
-    mc = report["mask_composition"]
-    if mc:
-        caption += (
-            f"; [MASK] {_pct(mc['mask_fraction'])} kept {_pct(mc['kept_fraction'])} "
-            f"random {_pct(mc['random_fraction'])}"
-        )
-    if report["unk"]:
-        caption += f"; [UNK] {_pct(report['unk']['rate'])}"
-    fig.suptitle(caption, fontsize=9)
+def shard_rows(results: Sequence[Any]) -> List[Tuple[str, int, int, int]]:
+    """``(file name, records, [UNK] tokens, real tokens)`` of each file read
+    (:class:`bert_data.inspection.stats.FileResult`), for the plot's [UNK]-per-file panel."""
+    return [(os.path.basename(r.path), r.records, r.acc.unk_tokens, r.acc.real_tokens) for r in results]
+
+
+def write_plot(
+    report: Dict[str, Any], path: str, plt: Any, shards: Optional[Sequence[Tuple[str, int, int, int]]] = None
+) -> None:
+    """The report as one PNG that answers "is my data right?" at a glance: real lengths and
+    predictions per instance (log scale: a few odd instances stay visible next to thousands of
+    full ones), the NSP/SOP label balance and the mask composition against what BERT's recipe
+    gives (dashed), the [UNK] rate of each file (``shards``, from :func:`shard_rows`), and the
+    verdict with the headline numbers."""
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    _plot_hist(axes[0][0], report["real_length"], "real length per instance", "tokens incl. [CLS]/[SEP]")
+    mp = report.get("masked_per_instance")
+    if mp is None:
+        _plot_none(axes[0][1], "masked positions per instance", "unmasked records: masks are drawn in the reader")
+    else:
+        _plot_hist(axes[0][1], mp, "masked positions per instance", "predictions")
+    _plot_labels(axes[0][2], report)
+    _plot_composition(axes[1][0], report)
+    _plot_unk(axes[1][1], report, shards or [])
+    _plot_summary(axes[1][2], report)
+    ok = report.get("ok")
+    fig.suptitle(
+        f"{report['instances']} instances ({report.get('record_schema') or 'no layout'}): "
+        + ("OK" if ok else "FAILED, see the text report"),
+        fontsize=13, color="#2a7d2a" if ok else "#b22222",
+    )
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=100)
@@ -152,3 +165,105 @@ def write_plot(report: Dict[str, Any], path: str, plt: Any) -> None:
         raise InspectError(f"--plot {path}: cannot be written ({exc.strerror or exc})") from None
     finally:
         plt.close(fig)
+
+
+_BLUE, _GREY, _RED = "#4c72b0", "#999999", "#b22222"
+
+
+def _plot_none(ax: Any, title: str, why: str) -> None:
+    ax.set_title(title)
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, color=_GREY, transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _plot_hist(ax: Any, summary: Dict[str, Any], title: str, xlabel: str) -> None:
+    hist = np.asarray(summary["histogram"])
+    if not hist.sum():
+        _plot_none(ax, title, "no valid instance")
+        return
+    ax.bar(np.arange(len(hist)), hist, width=1.0, color=_BLUE)
+    ax.set_yscale("log")
+    ax.set_ylim(0.7, max(10.0, float(hist.max()) * 2))  # a count of 1 stays visible; at least a decade
+    ax.set_xlim(-0.5, len(hist) - 0.5)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(f"{title}\nmin {summary['min']}, mean {summary['mean']}, max {summary['max']}", fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("instances (log scale)")
+
+
+def _bars(ax: Any, names: Sequence[str], counts: Sequence[int], expected: Sequence[float], title: str) -> None:
+    """Shares of ``counts`` as bars labelled with their percentage; ``expected`` shares dashed."""
+    total = sum(counts)
+    shares = [c / total if total else 0.0 for c in counts]
+    x = np.arange(len(names))
+    ax.bar(x, [100 * v for v in shares], color=_BLUE, width=0.6)
+    for i, (share, count) in enumerate(zip(shares, counts)):
+        top = max(share, expected[i] if i < len(expected) else 0.0)
+        ax.text(i, 100 * top + 2, f"{100 * share:.1f}% ({count})", ha="center", va="bottom", fontsize=9)
+    for i, want in enumerate(expected):
+        ax.hlines(100 * want, i - 0.4, i + 0.4, colors=_RED, linestyles="dashed")
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, 115)
+    ax.set_ylabel("% of total")
+    ax.set_title(title, fontsize=10)
+
+
+def _plot_labels(ax: Any, report: Dict[str, Any]) -> None:
+    nsp, sop = report.get("nsp"), report.get("sop")
+    if nsp is not None:
+        _bars(ax, ["is next (0)", "random (1)"], [nsp["is_next"], nsp["random_next"]], [0.5, 0.5],
+              "NSP labels (dashed: 50%; 50-60% random is normal)")
+    elif sop is not None:
+        _bars(ax, ["in order (0)", "swapped (1)"], [sop["in_order"], sop["swapped"]], [0.5, 0.5],
+              "SOP labels (dashed: 50%)")
+    else:
+        _plot_none(ax, "label balance", "no NSP/SOP labels in this layout")
+
+
+def _plot_composition(ax: Any, report: Dict[str, Any]) -> None:
+    mc = report.get("mask_composition")
+    if mc is None:
+        why = "no vocabulary: pass --vocab_file" if report.get("masked_per_instance") else "unmasked records"
+        _plot_none(ax, "mask composition", why)
+        return
+    _bars(ax, ["[MASK]", "kept", "random"], [mc["mask"], mc["kept"], mc["random"]], [0.8, 0.1, 0.1],
+          f"mask composition, {mc['predictions']} predictions (dashed: 80/10/10)")
+
+
+def _plot_unk(ax: Any, report: Dict[str, Any], shards: Sequence[Tuple[str, int, int, int]]) -> None:
+    unk = report.get("unk")
+    if unk is None or not shards:
+        _plot_none(ax, "[UNK] rate per file", "no vocabulary: pass --vocab_file")
+        return
+    rates = [100 * u / t if t else 0.0 for _, _, u, t in shards]
+    x = np.arange(len(shards))
+    ax.bar(x, rates, color=[_RED if r > 1 else _BLUE for r in rates], width=0.8)
+    overall = 100 * (unk["rate"] or 0.0)
+    ax.axhline(overall, color=_GREY, linestyle="dashed", label=f"all files: {overall:.3f}%")
+    ax.axhline(1.0, color=_RED, linestyle="dotted", label="1%: wrong vocabulary or case?")
+    if len(shards) <= 12:
+        ax.set_xticks(x, [name for name, _, _, _ in shards], rotation=45, ha="right", fontsize=7)
+    else:
+        ax.set_xlabel(f"file (1..{len(shards)}, in order)")
+    ax.set_ylim(0, max(max(rates, default=0.0), overall, 1.0) * 1.2)
+    ax.set_ylabel("% of real tokens")
+    ax.set_title("[UNK] rate per file", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+
+
+def _plot_summary(ax: Any, report: Dict[str, Any]) -> None:
+    lines = [
+        f"files: {len(report['files'])}",
+        f"instances: {report['instances']}",
+        f"valid: {report['valid_instances']}, bad: {report['bad_records']}",
+        f"schema: {report.get('record_schema')}",
+        f"manifest mismatches: {len(report['manifest_problems'])}",
+        f"warnings: {len(report['warnings'])}",
+    ]
+    for reason, count in list(report["bad_reason_counts"].items())[:4]:
+        lines.append(f"  {count} x {reason[:48]}")
+    ax.axis("off")
+    ax.set_title("summary", fontsize=10)
+    ax.text(0.02, 0.95, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=9, transform=ax.transAxes,
+            color=_BLUE if report.get("ok") else _RED)

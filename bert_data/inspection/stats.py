@@ -1,31 +1,76 @@
 """``inspect_tfrecords --stats``: read every record once, check it, accumulate statistics.
 
-:func:`inspect_stats` streams each file in batches of :data:`BATCH_SIZE` decoded records,
-checks each record's structure and contents (:mod:`bert_data.format.checks`) against the
-layout and lengths of its directory, accumulates histograms and counters of the valid ones
+:func:`inspect_stats` reads each file in batches of records (:func:`read_file`), checks each
+record's structure and contents (:mod:`bert_data.format.checks`) against the layout and
+lengths of its directory, accumulates histograms and counters of the valid ones
 (:class:`Accumulator`), then checks each directory's ``data_params.json`` against what was read
 (:func:`bert_data.format.manifest.verify_manifest`). The result is one JSON-able report.
+
+Why it is fast: a batch of records is framed (:func:`~bert_data.format.records.iter_record_batches`)
+and decoded (:func:`~bert_data.format.records.decode_examples`) by whole-batch numpy code;
+the per-record decoder :func:`~bert_data.format.records.parse_example` only sees the records
+that are not in the directory's layout (and the first ones, until the layout and lengths are
+known). Files are read by several processes (:mod:`.parallel`); each file gets its own
+:class:`Accumulator` and they are merged in file order, so the report is the same for any
+number of workers, and the same as reading record by record.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import RecordFormatError
-from ..format.checks import check_records, is_masked, is_paired, layout_names, structure_problem
+from ..format.checks import check_records, is_masked, is_paired, layout_names, layout_specs, structure_problem
 from ..format.manifest import verify_manifest
-from ..format.records import iter_records, parse_example
+from ..format.records import RecordBatch, decode_examples, iter_record_batches, parse_example
+from ..format.schema import feature_length
 from . import InspectError
 from .inputs import Group, InputFile, VocabInfo, detect_compression, file_directory, vocab_differs
 
-__all__ = ["BATCH_SIZE", "MAX_REASONS", "Accumulator", "inspect_stats"]
+__all__ = [
+    "MAX_REASONS",
+    "Accumulator",
+    "FileResult",
+    "Inspection",
+    "Progress",
+    "keep_freed_memory",
+    "read_file",
+    "inspect_files",
+    "inspect_stats",
+]
 
-BATCH_SIZE = 1024  # decoded records checked and accumulated at a time
 MAX_REASONS = 10  # bad records quoted in the report (all are counted)
+
+Progress = Callable[[int, int], None]  # (records, file bytes) read since the last call
+_SPECIAL, _UNK = 1, 2  # token kinds (Accumulator._token_kinds)
+
+
+_HEAP_PAD = 256 << 20
+_heap_kept = False
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc to keep up to 256 MB of freed heap instead of returning it to the system.
+
+    Decoding and checking a batch makes a few dozen numpy temporaries of a few MB each; by
+    default glibc hands each one back to the kernel when it is freed (mmap threshold, heap trim),
+    so the next batch page-faults all of it in again: measured at over half the time of
+    ``--stats``. Once per process; a no-op where ``mallopt`` is not glibc's."""
+    global _heap_kept
+    if _heap_kept:
+        return
+    _heap_kept = True
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-2, _HEAP_PAD)  # M_TOP_PAD
+    except (AttributeError, OSError, TypeError):  # pragma: no cover - not glibc
+        pass
 
 
 def _grow_add(hist: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -36,7 +81,10 @@ def _grow_add(hist: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 class Accumulator:
-    """The statistics of every record read so far, and the reasons the bad ones are bad."""
+    """The statistics of every record read so far, and the reasons the bad ones are bad.
+
+    Everything in it is a sum or a first-N list, so accumulators of consecutive files merge
+    (:meth:`merge`, in file order) into exactly the accumulator of reading them in one go."""
 
     def __init__(self, vocab: Optional[VocabInfo]) -> None:
         self.vocab = vocab
@@ -51,8 +99,27 @@ class Accumulator:
         self.composition = np.zeros(3, np.int64)  # [MASK], kept, random
         self.real_tokens = 0
         self.unk_tokens = 0
-        self.lengths_seen: Counter = Counter()
-        self.layouts: Counter = Counter()  # layout -> valid records
+        self._kinds: Optional[np.ndarray] = None
+        self._kinds_key: Any = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Sent back by worker processes without the vocabulary (the parent has it)."""
+        return dict(self.__dict__, vocab=None, _kinds=None, _kinds_key=None)
+
+    def merge(self, other: "Accumulator") -> None:
+        """Add the counts of ``other``, read after everything in ``self``."""
+        self.records += other.records
+        self.valid += other.valid
+        self.bad += other.bad
+        self.reasons += other.reasons[: max(0, MAX_REASONS - len(self.reasons))]
+        self.reason_counts.update(other.reason_counts)  # first-seen order is kept: most_common ties
+        self.len_hist = _grow_add(self.len_hist, other.len_hist)
+        self.pred_hist = _grow_add(self.pred_hist, other.pred_hist)
+        for layout, counts in other.labels.items():
+            self.labels[layout] += counts
+        self.composition += other.composition
+        self.real_tokens += other.real_tokens
+        self.unk_tokens += other.unk_tokens
 
     def add_bad(self, where: str, messages: List[str]) -> None:
         self.bad += 1
@@ -61,60 +128,54 @@ class Accumulator:
         if len(self.reasons) < MAX_REASONS:
             self.reasons.append(f"{where}: {'; '.join(messages)}")
 
-    def add_batch(self, examples: List[Tuple[str, Any]], group: Group) -> None:
-        """Check and accumulate one batch of decoded records: ``(where, example)`` pairs, where
-        ``example`` is a decoded dict or the message of a malformed ``tf.train.Example``."""
-        good: List[Tuple[int, str, Dict[str, Any]]] = []
-        bad: List[Tuple[int, str, List[str]]] = []
-        for index, (where, example) in enumerate(examples):
-            if isinstance(example, str):  # a malformed tf.train.Example
-                bad.append((index, where, [example]))
-                continue
-            group.learn(where, example)
-            layout = group.layout
-            assert layout is not None
-            if group.seq is None:
-                problem: Optional[str] = structure_problem(example, 0, 0, layout) or "missing feature(s)"
-            else:
-                problem = structure_problem(example, group.seq, group.pred or 0, layout)
-            if problem:
-                bad.append((index, where, [problem]))
-            else:
-                good.append((index, where, example))
+    def add_checked(
+        self,
+        rows: Sequence[Dict[str, np.ndarray]],
+        index: np.ndarray,
+        bad: List[Tuple[int, List[str]]],
+        group: Group,
+        where: Callable[[int], str],
+    ) -> None:
+        """Check and accumulate one batch of records.
+
+        ``rows``: parts of the batch's structurally valid records, each ``name -> (n, k)``
+        array, whose batch indices are ``index`` (concatenated in the same order); ``bad``:
+        ``(batch index, messages)`` of the records already found bad. The bad ones are reported
+        in record order, named by ``where(index)``."""
+        bad = list(bad)
         ok = np.zeros(0, bool)
-        if good:
-            layout = group.layout
+        batch: Dict[str, np.ndarray] = {}
+        layout = group.layout
+        separator_id = group.separator.id(self.vocab.tokens if self.vocab else None) if rows else None
+        if rows:
             assert layout is not None
-            batch = {name: np.stack([ex[name] for _, _, ex in good]) for name in layout_names(layout)}
-            separator_id = group.separator.id(self.vocab.tokens if self.vocab else None)
+            names = layout_names(layout)
+            batch = rows[0] if len(rows) == 1 else {n: np.concatenate([r[n] for r in rows]) for n in names}
             checks = check_records(batch, self.vocab, layout, separator_id)
-            bad_any = np.zeros(len(good), bool)
+            bad_any = np.zeros(len(index), bool)
             for bad_rows, _ in checks:
                 bad_any |= bad_rows
             for i in np.flatnonzero(bad_any):
-                bad.append((good[i][0], good[i][1], [msg for bad_rows, msg in checks if bad_rows[i]]))
+                bad.append((int(index[i]), [msg for bad_rows, msg in checks if bad_rows[i]]))
             ok = ~bad_any
-        for _, where, messages in sorted(bad, key=lambda b: b[0]):
-            self.add_bad(where, messages)
+        for i, messages in sorted(bad, key=lambda b: b[0]):
+            self.add_bad(where(i), messages)
         if not ok.any():
             return
-        self._accumulate({name: a[ok] for name, a in batch.items()}, layout, separator_id)
+        assert layout is not None
+        self._accumulate(batch if ok.all() else {name: a[ok] for name, a in batch.items()}, layout, separator_id)
 
     def _accumulate(self, b: Dict[str, np.ndarray], layout: str, separator_id: Optional[int] = None) -> None:
         ids, mask = b["input_ids"], b["input_mask"]
         n, seq = ids.shape
         self.valid += n
-        self.layouts[layout] += n
         real = mask.sum(axis=1)
         self.len_hist = _grow_add(self.len_hist, np.bincount(real, minlength=seq + 1))
         masked = is_masked(layout)
         if masked:
             pos, mids = b["masked_lm_positions"], b["masked_lm_ids"]
             prefix = pos != 0
-            self.lengths_seen[(seq, pos.shape[1])] += n
             self.pred_hist = _grow_add(self.pred_hist, np.bincount(prefix.sum(axis=1), minlength=pos.shape[1] + 1))
-        else:
-            self.lengths_seen[(seq, None)] += n
         if is_paired(layout):
             self.labels[layout] += np.bincount(b["next_sentence_labels"][:, 0], minlength=2)[:2]
         if self.vocab is None:
@@ -131,70 +192,207 @@ class Accumulator:
             orig_ids = ids.copy()
             orig_ids[rows[prefix], pos[prefix]] = original
         run = mask == 1
-        specials = [v.pad, v.cls, v.sep, v.mask]
-        if not is_paired(layout) and separator_id is not None and separator_id != v.unk:
-            specials.append(separator_id)
-        special = np.isin(orig_ids, specials)
-        self.real_tokens += int((run & ~special).sum())
-        self.unk_tokens += int((run & (orig_ids == v.unk)).sum())
+        kind = self._token_kinds(layout, separator_id)[orig_ids]  # valid rows: every id is in the vocabulary
+        self.real_tokens += int(np.count_nonzero(run & (kind != _SPECIAL)))
+        self.unk_tokens += int(np.count_nonzero(run & (kind == _UNK)))
+
+    def _token_kinds(self, layout: str, separator_id: Optional[int]) -> np.ndarray:
+        """Token id -> :data:`_SPECIAL`, :data:`_UNK` or 0: one lookup instead of comparisons
+        with each special id. [PAD] [CLS] [SEP] [MASK] are special, and so is the MLM-only
+        document separator (unless it is [UNK] itself)."""
+        v = self.vocab
+        assert v is not None
+        key = (layout, separator_id)
+        if self._kinds_key != key:
+            kinds = np.zeros(v.size, np.uint8)
+            kinds[v.unk] = _UNK
+            specials = [v.pad, v.cls, v.sep, v.mask]
+            if not is_paired(layout) and separator_id is not None and separator_id != v.unk:
+                specials.append(separator_id)
+            kinds[specials] = _SPECIAL
+            self._kinds, self._kinds_key = kinds, key
+        return self._kinds
 
 
-def _stream_file(path: str, acc: Accumulator, group: Group) -> Tuple[int, Optional[str]]:
-    """Read every record of ``path`` into ``acc``; returns (records, corrupt-frame message or None)."""
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise InspectError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    count = 0
-    pending: List[Tuple[str, Any]] = []
+# --------------------------------------------------------------------------------------------
+# One file
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileResult:
+    """What reading one file found: its records' statistics and what it shows of its directory."""
+
+    path: str
+    records: int
+    corrupt: Optional[str]  # the corrupt-frame message that ended the file early, if any
+    compression: str
+    acc: Accumulator
+    observed_seq: Optional[int]  # input_ids length of the file's first record that has one
+    observed_pred: Optional[int]
+
+
+def read_file(path: str, group: Group, vocab: Optional[VocabInfo], progress: Optional[Progress] = None) -> FileResult:
+    """Read every record of ``path`` into a new :class:`Accumulator`, checked against ``group``
+    (the file's directory as known when the file starts; it learns from the records as they
+    come, as reading every file of the directory in order would). ``progress`` gets the
+    records and file bytes (compressed bytes for gzip) read after each batch."""
+    compression = detect_compression(path)
+    acc = Accumulator(vocab)
+    observed = (group.observed_seq, group.observed_pred)
+    reader = _FileReader(path, acc, group)
+    done = 0
     corrupt = None
-    with handle:
+    try:
+        for batch in iter_record_batches(path):
+            reader.add(batch)
+            if progress is not None:
+                progress(len(batch), batch.position - done)
+                done = batch.position
+    except RecordFormatError as exc:
+        corrupt = str(exc)
+    except OSError as exc:
+        raise InspectError(f"{path}: read error ({exc.strerror or exc})") from None
+    if progress is not None:
         try:
-            for data in iter_records(handle):
-                where = f"{path} record {count}"
-                count += 1
-                acc.records += 1
-                try:
-                    pending.append((where, parse_example(data)))
-                except RecordFormatError as exc:
-                    pending.append((where, str(exc)))  # reported in order with the batch
-                if len(pending) >= BATCH_SIZE:
-                    acc.add_batch(pending, group)
-                    pending = []
-        except RecordFormatError as exc:
-            corrupt = str(exc)
-        except OSError as exc:
-            raise InspectError(f"{path}: read error ({exc.strerror or exc})") from None
-    if pending:
-        acc.add_batch(pending, group)
+            progress(0, max(0, os.path.getsize(path) - done))
+        except OSError:
+            pass
+    count = acc.records
     if corrupt:
         acc.add_bad(f"{path} after record {count - 1}" if count else path, [f"unreadable: {corrupt}"])
-    return count, corrupt
+    seen_seq = group.observed_seq if observed[0] is None else None
+    seen_pred = group.observed_pred if observed[1] is None else None
+    return FileResult(path, count, corrupt, compression, acc, seen_seq, seen_pred)
+
+
+class _FileReader:
+    """Turns the batches of one file into checked, accumulated records."""
+
+    def __init__(self, path: str, acc: Accumulator, group: Group) -> None:
+        self.path = path
+        self.acc = acc
+        self.group = group
+        self.features: Optional[List[Tuple[str, str, int]]] = None
+
+    def where(self, first: int) -> Callable[[int], str]:
+        return lambda i: f"{self.path} record {first + i}"
+
+    def add(self, batch: RecordBatch) -> None:
+        """Check and accumulate a batch. Records are decoded in bulk once the directory's layout
+        and lengths are known; the first ones, and any that the bulk decoder leaves out (another
+        layout or length, another encoding, malformed), one by one as they always were."""
+        group, n = self.group, len(batch)
+        where = self.where(batch.first)
+        self.acc.records += n
+        rows: List[Dict[str, np.ndarray]] = []
+        index: List[np.ndarray] = []
+        slow: List[Tuple[int, Dict[str, np.ndarray]]] = []
+        bad: List[Tuple[int, List[str]]] = []
+        i = 0
+        while i < n and not group.ready():
+            self._one(i, batch.payload(i), where, slow, bad)
+            i += 1
+        if i < n:
+            arrays, decoded = decode_examples(
+                batch.data, batch.starts[i:], batch.lengths[i:], self._features(), small_ints=True
+            )
+            fast = i + np.flatnonzero(decoded)
+            if len(fast):
+                rows.append(arrays)
+                index.append(fast)
+            rest = i + np.flatnonzero(~decoded)
+            for j in rest[: np.searchsorted(rest, fast[0])] if len(fast) else rest:
+                self._one(int(j), batch.payload(int(j)), where, slow, bad)
+            if len(fast):
+                # what the first bulk-decoded record teaches (only observed lengths can be new)
+                group.learn(where(int(fast[0])), {name: a[0] for name, a in arrays.items()})
+                for j in rest[np.searchsorted(rest, fast[0]) :]:
+                    self._one(int(j), batch.payload(int(j)), where, slow, bad)
+        if slow:
+            assert group.layout is not None
+            names = layout_names(group.layout)
+            rows.append({name: np.stack([ex[name] for _, ex in slow]) for name in names})
+            index.append(np.array([j for j, _ in slow], np.int64))
+        self.acc.add_checked(rows, np.concatenate(index) if index else np.zeros(0, np.int64), bad, group, where)
+
+    def _one(
+        self,
+        i: int,
+        data: bytes,
+        where: Callable[[int], str],
+        slow: List[Tuple[int, Dict[str, np.ndarray]]],
+        bad: List[Tuple[int, List[str]]],
+    ) -> None:
+        """Decode, learn from and structure-check one record (the record-by-record path)."""
+        try:
+            example = parse_example(data)
+        except RecordFormatError as exc:
+            bad.append((i, [str(exc)]))  # a malformed tf.train.Example
+            return
+        group = self.group
+        group.learn(where(i), example)
+        layout = group.layout
+        assert layout is not None
+        if group.seq is None:
+            problem: Optional[str] = structure_problem(example, 0, 0, layout) or "missing feature(s)"
+        else:
+            problem = structure_problem(example, group.seq, group.pred or 0, layout)
+        if problem:
+            bad.append((i, [problem]))
+        else:
+            slow.append((i, example))
+
+    def _features(self) -> List[Tuple[str, str, int]]:
+        """The wire layout of a structurally valid record of the (ready) group: sorted names."""
+        if self.features is None:
+            group = self.group
+            assert group.layout is not None and group.seq is not None
+            specs = sorted(layout_specs(group.layout), key=lambda spec: spec.name)
+            self.features = [(s.name, s.dtype, feature_length(s, group.seq, group.pred or 0)) for s in specs]
+        return self.features
+
+
+# --------------------------------------------------------------------------------------------
+# Every file, and the report
+# --------------------------------------------------------------------------------------------
 
 
 def _read_all(
-    files: Sequence[InputFile], acc: Accumulator, dirs_given: Sequence[str]
-) -> Tuple[Dict[str, Group], List[Dict[str, Any]]]:
-    """Stream every file into ``acc``: the directory groups and the per-file report entries."""
+    files: Sequence[InputFile],
+    vocab: Optional[VocabInfo],
+    dirs_given: Sequence[str],
+    num_workers: int,
+    progress: Optional[Progress],
+) -> Tuple[Dict[str, Group], List[FileResult]]:
+    """Read every file: the directory groups (with what reading found) and each file's result,
+    in file order. With ``num_workers`` > 1, files are read by worker processes (:mod:`.parallel`)."""
     groups: Dict[str, Group] = {}
-    file_reports = []
+    tasks: List[Tuple[str, Group]] = []
     for f in files:
         directory = file_directory(f.path)
         group = groups.get(directory)
         if group is None:
-            group = Group.for_directory(directory, dir_given=directory in dirs_given)
-            groups[directory] = group
-        compression = detect_compression(f.path)
-        before = acc.bad
-        count, corrupt = _stream_file(f.path, acc, group)
-        base = os.path.basename(f.path)
-        group.counts[base] = count
-        group.compressions[base] = compression
-        file_reports.append(
-            {"path": f.path, "records": count, "bad_records": acc.bad - before, "compression": compression,
-             "corrupt": corrupt}
-        )
-    return groups, file_reports
+            group = groups[directory] = Group.for_directory(directory, dir_given=directory in dirs_given)
+        tasks.append((f.path, group))
+    results: Optional[List[FileResult]] = None
+    if num_workers > 1 and len(tasks) > 1:
+        from .parallel import read_files_in_parallel, worker_count
+
+        workers = worker_count([path for path, _ in tasks], num_workers)
+        if workers > 1:
+            results = read_files_in_parallel(tasks, vocab, workers, progress)
+    if results is None:
+        results = [read_file(path, group, vocab, progress) for path, group in tasks]
+    for (path, group), result in zip(tasks, results):
+        base = os.path.basename(path)
+        group.counts[base] = result.records
+        group.compressions[base] = result.compression
+        if group.observed_seq is None:
+            group.observed_seq = result.observed_seq
+        if group.observed_pred is None:
+            group.observed_pred = result.observed_pred
+    return groups, results
 
 
 def _hist_summary(hist: np.ndarray) -> Dict[str, Any]:
@@ -216,15 +414,55 @@ def _frac(a: int, b: int) -> Optional[float]:
     return round(a / b, 6) if b else None
 
 
+@dataclass
+class Inspection:
+    """What :func:`inspect_files` found: the JSON-able ``report`` and, per file in order, what
+    reading it gave (e.g. each shard's own [UNK] rate, for the plot)."""
+
+    report: Dict[str, Any]
+    files: List[FileResult]
+
+
 def inspect_stats(
-    files: Sequence[InputFile], vocab: Optional[VocabInfo], dirs_given: Sequence[str] = ()
+    files: Sequence[InputFile],
+    vocab: Optional[VocabInfo],
+    dirs_given: Sequence[str] = (),
+    num_workers: int = 1,
+    progress: Optional[Progress] = None,
 ) -> Dict[str, Any]:
-    """Stream every file once; return the JSON-able report (``ok`` False when anything is bad).
+    """Read every file once; return the JSON-able report (``ok`` False when anything is bad).
+    The arguments are :func:`inspect_files`'."""
+    return inspect_files(files, vocab, dirs_given, num_workers, progress).report
+
+
+def inspect_files(
+    files: Sequence[InputFile],
+    vocab: Optional[VocabInfo],
+    dirs_given: Sequence[str] = (),
+    num_workers: int = 1,
+    progress: Optional[Progress] = None,
+) -> Inspection:
+    """Read every file once: the report and each file's result.
 
     ``dirs_given``: the directories given as PATH (all their shards are read, so a shard the
-    manifest lists but that is missing is a problem rather than a warning)."""
+    manifest lists but that is missing is a problem rather than a warning). ``num_workers``:
+    processes reading files at once (the report does not depend on it). ``progress``: called
+    with the records and file bytes read as reading goes on."""
+    keep_freed_memory()
+    groups, results = _read_all(files, vocab, dirs_given, num_workers, progress)
+    return Inspection(_build_report(groups, results, vocab), results)
+
+
+def _build_report(groups: Dict[str, Group], results: List[FileResult], vocab: Optional[VocabInfo]) -> Dict[str, Any]:
+    """The report of every file read (merged in file order) and of their manifests."""
     acc = Accumulator(vocab)
-    groups, file_reports = _read_all(files, acc, dirs_given)
+    for result in results:
+        acc.merge(result.acc)
+    file_reports = [
+        {"path": r.path, "records": r.records, "bad_records": r.acc.bad, "compression": r.compression,
+         "corrupt": r.corrupt}
+        for r in results
+    ]
     manifest_checks = [verify_manifest(g.manifest, g.observed()) for g in groups.values() if g.manifest is not None]
     problems = [p for check in manifest_checks for p in check.problems]
     warnings = [w for check in manifest_checks for w in check.warnings]

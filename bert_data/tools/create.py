@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tok = parser.add_argument_group("tokenization")
     _flag(tok, "vocab_file", "WordPiece vocab.txt (required)")
-    _bool_flag(tok, "do_lower_case", f"lower-case and strip accents (uncased vocabularies) (default {d.do_lower_case})")
+    _bool_flag(tok, "do_lower_case", f"lower-case and strip accents, for uncased vocabularies; the vocabulary (build_vocab) "
+               f"and create_tfrecords must use the same --do_lower_case (default {d.do_lower_case})")
 
     inst = parser.add_argument_group("instances")
     _flag(inst, "max_seq_length", f"tokens per instance incl. [CLS]/[SEP] (default {d.max_seq_length})", type=int)

@@ -17,11 +17,15 @@ Two modes:
   prediction position is written ``token{original}``: so ``[MASK]{cat}`` was masked,
   ``dog{cat}`` was replaced by a random token and ``cat{cat}`` was kept unchanged (but is
   still predicted).
-* ``--stats`` (implied by ``--json`` and ``--plot``): stream every record once and report the
+* ``--stats`` (implied by ``--json`` and ``--plot``): read every record once and report the
   instance count, histograms of real lengths and (masked layouts) of predictions per
   instance, the NSP or SOP label balance (paired layouts), the mask composition (masked
   layouts), the ``[UNK]`` rate, and a check of every record against its schema
   (:mod:`bert_data.format.checks`) and of the files against ``data_params.json`` when there is one.
+
+``--stats`` reads the files in ``--num_workers`` processes (default: the usable cores; the
+report does not depend on the number) and shows a progress bar on a terminal (``--quiet``: none).
+The epilog of ``--help`` says what each statistic means and what healthy values are.
 
 This module is the command line only (flags, messages, exit status); the work is done by
 :mod:`bert_data.inspection`.
@@ -44,23 +48,59 @@ from ..format.manifest import MANIFEST_NAME, load_manifest
 from ..inspection import InspectError
 from ..inspection.inputs import InputFile, VocabInfo, load_vocab_info, manifest_vocab_path, resolve_inputs, vocab_differs
 from ..inspection.printer import print_instances
-from ..inspection.report import format_stats, import_pyplot, write_plot
-from ..inspection.stats import inspect_stats
+from ..inspection.report import format_stats, import_pyplot, shard_rows, write_plot
+from ..inspection.stats import Inspection, inspect_files
+from .main import terminal_bar
 
 PROG = "inspect_tfrecords"
 
 __all__ = ["PROG", "build_parser", "main", "entry_point"]
 
 
+STATS_GUIDE = """\
+what --stats reports, and what healthy BERT data looks like (defaults of create_tfrecords):
+  instances          records read (valid + bad). Any bad record, or a mismatch with
+                     data_params.json, makes the exit status 1.
+  real length        tokens per instance incl. [CLS]/[SEP], before padding. Expect most at
+                     max_seq_length (instances are packed full) and about --short_seq_prob
+                     (10%) spread over shorter lengths; a big pile of short instances means
+                     short documents or a wrong sentence splitter.
+  masked positions   predictions per instance: about masked_lm_prob (15%) of the real tokens,
+                     capped at max_predictions_per_seq (so full instances sit at the cap, e.g.
+                     19-20 for 128 tokens). Many zeros mean masking is off or broken.
+  NSP labels         random fraction: share of label 1 (B is a random segment). BERT draws a
+                     random B half the time, plus always when a chunk holds one sentence:
+                     50-60% is normal; far outside it, check the documents' sentence splits.
+  SOP labels         swapped fraction: close to 50%.
+  mask composition   of the predicted positions: [MASK] ~80%, kept ~10%, random ~10%.
+  [UNK] rate         share of real tokens (not [CLS]/[SEP]/[PAD]/[MASK]) that are [UNK]. With
+                     the vocabulary the data was made with: well under 0.1% for English text
+                     and BERT's vocabularies. Above ~1%: the wrong vocabulary, or a cased
+                     vocabulary with --do_lower_case (or the reverse), or another script.
+
+--json writes all of it (histograms included) for scripts; --plot draws it (length and
+prediction histograms on a log scale, label balance, mask composition, [UNK] rate per file).
+Exit status: 0 ok, 1 bad records or manifest mismatch, 2 usage or I/O error.
+"""
+
+
+def _workers(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Print BERT pretraining TFRecords (NSP, SOP, MLM-only or unmasked layout) decoded to WordPiece "
             "text, or (--stats) check every record against its schema and data_params.json and report "
-            "length/masking/label statistics. "
-            "Exit status: 0 ok, 1 bad records or manifest mismatch, 2 usage or I/O error."
+            "length/masking/label statistics."
         ),
+        epilog=STATS_GUIDE,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a .tfrecords file, a glob, or an output directory")
     parser.add_argument(
@@ -69,7 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-n", type=int, default=3, help="instances to print without --stats (default 3)")
     parser.add_argument("--stats", action="store_true", help="read every record: statistics and schema checks")
     parser.add_argument("--json", metavar="OUT", help="write the --stats report as JSON to OUT ('-' for stdout); implies --stats")
-    parser.add_argument("--plot", metavar="OUT.png", help="length and masking histograms as a PNG (needs matplotlib); implies --stats")
+    parser.add_argument(
+        "--plot", metavar="OUT.png",
+        help="draw the --stats report as a PNG (needs matplotlib: pip install 'bert_data[plot]'); implies --stats",
+    )
+    parser.add_argument(
+        "--num_workers", type=_workers, default=None,
+        help="processes reading files at once with --stats (default: usable cores; the report is the same for any "
+        "number)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (it is only drawn when stderr is a terminal)")
     return parser
 
 
@@ -117,6 +166,32 @@ def _write_json(report: Dict[str, Any], where: str) -> None:
         raise InspectError(f"--json {where}: cannot be written ({exc.strerror or exc})") from None
 
 
+def _stats(args: argparse.Namespace, files: Sequence[InputFile], vocab: Optional[VocabInfo], dirs: Sequence[str]) -> Inspection:
+    """Read every record, with a progress bar (file bytes, records) on a terminal."""
+    workers = args.num_workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f.path)
+        except OSError:
+            pass
+    bar = terminal_bar("reading", total, quiet=args.quiet)
+    if bar is None:
+        return inspect_files(files, vocab, dirs, workers)
+    records = 0
+
+    def progress(n: int, nbytes: int) -> None:
+        nonlocal records
+        records += n
+        bar.set_postfix_str(f"records={records:,}", refresh=False)
+        bar.update(nbytes)
+
+    try:
+        return inspect_files(files, vocab, dirs, workers, progress)
+    finally:
+        bar.close()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -130,13 +205,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not stats:
             assert vocab is not None
             return _print_mode(args, files, vocab)
-        report = inspect_stats(files, vocab, dirs)
+        found = _stats(args, files, vocab, dirs)
+        report = found.report
         if args.json != "-":
             print(format_stats(report))
         if args.json:
             _write_json(report, args.json)
         if plt is not None:
-            write_plot(report, args.plot, plt)
+            write_plot(report, args.plot, plt, shards=shard_rows(found.files))
         return 0 if report["ok"] else 1
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)

@@ -6,10 +6,12 @@ one-shot ``create_tfrecords --validation_fraction`` uses the same hash."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn, Optional, Sequence
 
-from ..errors import BertDataError, print_error
+from ..errors import BertDataError, OutputError, print_error
+from ..inspection.report import plural
 from ..metadata import split_metadata_files
 
 PROG = "split_metadata"
@@ -23,14 +25,33 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+GUIDE = """\
+how big a validation set:
+  Aim for a few thousand documents (a few million tokens): enough to measure the loss steadily,
+  and every validation document is kept out of training. So 0.5-1% of a corpus of a million
+  documents (--validation_fraction 0.005), 5-10% of one of 50,000; for a corpus of under a few
+  thousand documents give an exact --validation_count (e.g. 200) instead.
+
+  --validation_fraction F: each document goes to validation when its hash is below F. Adding
+  documents later never moves an existing one to the other side, so the splits of a growing
+  corpus stay comparable. --validation_count N: the N smallest hashes (exact size; only
+  approximately stable when documents are added).
+
+Both outputs list the entries as written in the metadata (give create_tfrecords the same
+--input_files_prefix). Existing output files are only replaced with --overwrite.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Split metadata files into train and validation metadata files by a seeded hash of each document "
             "path: deterministic, independent of input order, and (with --validation_fraction) stable when "
             "documents are added."
         ),
+        epilog=GUIDE,
     )
     parser.add_argument("--metadata_files", nargs="+", required=True, help="metadata file(s), one document path per line")
     parser.add_argument(
@@ -43,19 +64,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--validation_name", default="validation_metadata.txt", help="default validation_metadata.txt")
     parser.add_argument(
         "--validation_fraction", type=float, default=None,
-        help="F in (0, 1): each document goes to validation with probability F (by its hash)",
+        help="F in (0, 1): each document goes to validation with probability F (by its hash); see below for a size",
     )
     parser.add_argument(
         "--validation_count", type=int, default=None,
         help="N: the N documents with the smallest hashes go to validation (stability under additions is approximate)",
     )
     parser.add_argument("--seed", type=int, default=0, help="hash seed; another seed gives another split (default 0)")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing output files (default: refuse)")
     return parser
+
+
+def _refuse_overwrite(args: argparse.Namespace) -> None:
+    """Existing outputs are an error without --overwrite, as in every bert_data tool. (An output
+    that is one of the inputs is refused by split_metadata_files itself, even with --overwrite.)"""
+    if args.overwrite:
+        return
+    inputs = {os.path.realpath(m) for m in args.metadata_files}
+    for name in (args.train_name, args.validation_name):
+        path = os.path.join(args.output_dir, name)
+        if os.path.lexists(path) and os.path.realpath(path) not in inputs:
+            raise OutputError(f"{path} exists; pass --overwrite to replace it")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _refuse_overwrite(args)
         result = split_metadata_files(
             args.metadata_files,
             output_dir=args.output_dir,
@@ -73,14 +108,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         listing = ", ".join(f"{path} (x{n})" for path, n in shown)
         more = f", and {len(result.duplicates) - len(shown)} more" if len(result.duplicates) > len(shown) else ""
         print(
-            f"{PROG}: warning: {extra} duplicate entr{'y' if extra == 1 else 'ies'} of {len(result.duplicates)} "
-            f"document(s) written once: {listing}{more}",
+            f"{PROG}: warning: {plural(extra, 'duplicate entry', 'duplicate entries')} of "
+            f"{plural(len(result.duplicates), 'document')} written once: {listing}{more}",
             file=sys.stderr,
         )
     n_docs = len(result.train) + len(result.validation)
     where = f" (relative to {args.input_files_prefix})" if args.input_files_prefix else ""
     print(
-        f"split {n_docs} documents{where} from {result.entries} entries: "
+        f"split {plural(n_docs, 'document')}{where} from {plural(result.entries, 'entry', 'entries')}: "
         f"{len(result.train)} train -> {result.train_path}, "
         f"{len(result.validation)} validation ({len(result.validation) / n_docs:.1%}) -> {result.validation_path}"
     )

@@ -1,5 +1,10 @@
 """``build_vocab``: train a WordPiece ``vocab.txt`` on the documents of metadata files
-(the work is :mod:`bert_data.vocab_builder`'s)."""
+(the work is :mod:`bert_data.vocab_builder`'s).
+
+Cased by default, like ``create_tfrecords``: a vocabulary and the records made with it must use
+the same ``--do_lower_case``, and the last line printed says which ``create_tfrecords`` flag
+goes with the file written. Both passes over the corpus show a progress bar on a terminal
+(``--quiet``: none)."""
 
 from __future__ import annotations
 
@@ -8,34 +13,84 @@ import logging
 import os
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..errors import BertDataError, OutputError, print_error
+from ..inspection.report import plural
 from ..vocab_builder import build_vocab, write_vocab
+from .main import terminal_bar
 
 PROG = "build_vocab"
+
+
+GUIDE = """\
+what --vocab_size to choose:
+  The size trades how finely words are cut (a small vocabulary splits words into many '##'
+  pieces: longer sequences, less text per instance) against embedding parameters (size x hidden
+  width). Reference points: BERT's English vocabularies have 30,522 (uncased) and 28,996 (cased)
+  tokens, multilingual BERT 119,547. For one language, 16,000-32,000 is the usual range; a
+  small or narrow corpus supports fewer (it stops early when no pair is seen --min_frequency
+  times) and 8,000-16,000 is then typical. Keep it a multiple of 8 or 64 for fast embeddings
+  on accelerators. The special tokens [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4) are included.
+
+case: the vocabulary and create_tfrecords must use the same --do_lower_case. Both default to
+  off (cased); pass --do_lower_case to both for an uncased vocabulary. The last line printed
+  names the create_tfrecords flag that goes with the file written.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Train a BERT WordPiece vocab.txt ([PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4) on the documents "
             "listed in metadata files. Same input and flags give a byte-identical file."
         ),
+        epilog=GUIDE,
     )
     parser.add_argument("--metadata_files", nargs="+", required=True, help="metadata file(s), one document path per line")
     parser.add_argument("--input_files_prefix", default="", help="prefix joined to relative paths in the metadata files")
     parser.add_argument("--output", required=True, help="vocab.txt to write")
-    parser.add_argument("--vocab_size", type=int, required=True, help="target vocabulary size (incl. special tokens)")
     parser.add_argument(
-        "--do_lower_case", default=True, action=argparse.BooleanOptionalAction,
-        help="lower-case and strip accents, for an uncased vocabulary (default: on; use --no-do_lower_case for cased)",
+        "--vocab_size", type=int, required=True,
+        help="target vocabulary size incl. the 5 special tokens (BERT: 30522 uncased, 28996 cased; see below)",
+    )
+    parser.add_argument(
+        "--do_lower_case", default=False, action=argparse.BooleanOptionalAction,
+        help="lower-case and strip accents, for an uncased vocabulary (default: off, cased, as in create_tfrecords; "
+        "the vocabulary and create_tfrecords must use the same --do_lower_case)",
     )
     parser.add_argument("--min_frequency", type=int, default=2, help="least count of a pair to be merged (default 2)")
     parser.add_argument("--limit_alphabet", type=int, default=1000, help="most characters kept in the alphabet (default 1000)")
     parser.add_argument("--log_level", default="WARNING", help="logging level (default WARNING)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (it is only drawn when stderr is a terminal)")
     return parser
+
+
+class _Bar:
+    """:class:`bert_data.vocab_builder.VocabProgress` as one terminal bar per pass."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+        self.documents = 0
+
+    def start(self, description: str, total_bytes: int) -> None:
+        self.finish()
+        self.documents = 0
+        self.bar = terminal_bar(description, total_bytes, quiet=self.quiet)
+
+    def advance(self, nbytes: int) -> None:
+        if self.bar is not None:
+            self.documents += 1
+            self.bar.set_postfix_str(f"documents={self.documents:,}", refresh=False)
+            self.bar.update(nbytes)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -47,10 +102,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise OutputError(f"--output {args.output} is a directory")
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
             raise OutputError(f"--output {args.output}: its directory does not exist")
-        result = build_vocab(
-            args.metadata_files, args.input_files_prefix, args.vocab_size, args.do_lower_case,
-            args.min_frequency, args.limit_alphabet,
-        )
+        bar = _Bar(args.quiet)
+        try:
+            result = build_vocab(
+                args.metadata_files, args.input_files_prefix, args.vocab_size, args.do_lower_case,
+                args.min_frequency, args.limit_alphabet, progress=bar,
+            )
+        finally:
+            bar.finish()
         write_vocab(result.tokens, args.output)
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
@@ -59,10 +118,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     size = len(result.tokens)
     note = "" if size == args.vocab_size else f" (asked for {args.vocab_size}: the corpus has no more pairs seen >= {args.min_frequency} times)"
+    forms = plural(result.continuation, "'##' form")
     print(
-        f"wrote {args.output}: {size} tokens{note}; alphabet {result.alphabet} characters + "
-        f"{result.continuation} '##' forms; from {result.documents} documents "
-        f"({result.skipped} skipped), {result.paragraphs} paragraphs, {result.characters} characters "
+        f"wrote {args.output}: {plural(size, 'token')}{note}; alphabet {plural(result.alphabet, 'character')} + "
+        f"{forms}; from {plural(result.documents, 'document')} ({result.skipped} skipped), "
+        f"{plural(result.paragraphs, 'paragraph')}, {plural(result.characters, 'character')} "
         f"in {time.perf_counter() - started:.1f}s. Use with create_tfrecords --vocab_file {args.output} "
         + ("--do_lower_case" if args.do_lower_case else "--no-do_lower_case")
     )

@@ -1,0 +1,117 @@
+"""``bert-data``: one command in front of the four tools, and what the tools share on a terminal.
+
+``bert-data create|inspect|split|vocab [ARGS]`` runs ``create_tfrecords``, ``inspect_tfrecords``,
+``split_metadata`` or ``build_vocab`` with ``ARGS`` (each tool's own ``main(argv)``; the old
+command names stay). Their exit status passes through unchanged: 0 ok, 1 (inspect) bad
+records, 2 usage or input errors, 130 interrupted. ``bert-data --version`` prints
+``bert_data VERSION``; ``bert-data --help`` lists the commands.
+
+Also here, because every tool's command line uses it: :func:`terminal_bar`, the progress bar
+shown on a terminal only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+
+__all__ = ["PROG", "COMMANDS", "main", "entry_point", "terminal_bar"]
+
+PROG = "bert-data"
+
+# subcommand -> (module under bert_data.tools, the tool's own name, what it does)
+COMMANDS: Dict[str, Tuple[str, str, str]] = {
+    "create": ("create", "create_tfrecords", "turn text documents into BERT pretraining TFRecords"),
+    "inspect": ("inspect", "inspect_tfrecords", "print records as text, or check them all and report statistics (--stats)"),
+    "split": ("split", "split_metadata", "split metadata files into train and validation by a seeded hash"),
+    "vocab": ("vocab", "build_vocab", "train a WordPiece vocab.txt on the documents of metadata files"),
+}
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [
+        f"usage: {PROG} COMMAND [ARGS ...]   ({PROG} COMMAND --help for a command's flags)",
+        "",
+        "commands:",
+        *(f"  {name:<{width}}  {about} ({tool})" for name, (_, tool, about) in COMMANDS.items()),
+        "",
+        "options:",
+        "  -h, --help  show this message and exit",
+        "  --version   print the version and exit",
+        "",
+        "Exit status: the command's own (0 ok, 1 bad records found by inspect, 2 usage or input error).",
+    ]
+    return "\n".join(lines)
+
+
+def _unknown(command: str) -> int:
+    close = difflib.get_close_matches(command, list(COMMANDS) + [tool for _, tool, _ in COMMANDS.values()], n=1)
+    if close:
+        name = close[0] if close[0] in COMMANDS else next(k for k, v in COMMANDS.items() if v[1] == close[0])
+        hint = f"; did you mean '{name}'?"
+    else:
+        hint = f"; commands: {', '.join(COMMANDS)}"
+    print(f"{PROG}: error: unknown command '{command}'{hint}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args: List[str] = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print(usage(), file=sys.stderr)
+        return 2
+    first, rest = args[0], args[1:]
+    if first in ("-h", "--help"):
+        print(usage())
+        return 0
+    if first == "--version":
+        print(f"bert_data {_version()}")
+        return 0
+    command = first if first in COMMANDS else next((k for k, v in COMMANDS.items() if v[1] == first), None)
+    if command is None:
+        return _unknown(first)
+    module = importlib.import_module(f"bert_data.tools.{COMMANDS[command][0]}")
+    try:
+        return int(module.main(rest))
+    except SystemExit as exc:  # argparse's usage errors and --help: their code, unchanged
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
+
+
+def entry_point() -> None:
+    sys.exit(main())
+
+
+def terminal_bar(
+    description: str, total: Optional[int], unit: str = "B", quiet: bool = False, stream: Optional[TextIO] = None
+) -> Optional[Any]:
+    """A tqdm bar on ``stream`` (stderr) when it is a terminal and not ``quiet``, else None.
+
+    With ``unit="B"`` counts are shown as KiB/MiB with the rate; the bar is removed when closed,
+    so stdout's final report is all that stays on screen."""
+    from ..progress import progress_enabled
+
+    stream = sys.stderr if stream is None else stream
+    if not progress_enabled(stream, quiet):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total or None, desc=description, unit=unit, unit_scale=True, unit_divisor=1024 if unit == "B" else 1000,
+        file=stream, dynamic_ncols=True, mininterval=0.5, leave=False,
+    )
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,115 @@
+"""Tests of the umbrella command ``bert-data`` (bert_data.tools.main)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bert_data
+from bert_data.tools import main as umbrella
+from bert_data.tools.main import COMMANDS, main
+
+from conftest import base_args
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv: str):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version(capsys):
+    assert run(capsys, "--version") == (0, f"bert_data {bert_data.__version__}\n", "")
+
+
+def test_help_lists_every_command_on_one_line(capsys):
+    code, out, err = run(capsys, "--help")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    for name, (_, tool, _) in COMMANDS.items():
+        mine = [line for line in lines if line.startswith(f"  {name} ")]
+        assert len(mine) == 1 and tool in mine[0]
+    assert set(COMMANDS) == {"create", "inspect", "split", "vocab"}
+    assert run(capsys, "-h")[1] == out
+
+
+def test_no_command_is_a_usage_error(capsys):
+    code, out, err = run(capsys)
+    assert code == 2 and out == "" and "usage: bert-data COMMAND" in err
+
+
+@pytest.mark.parametrize(
+    "typed, suggestion",
+    [("inspekt", "did you mean 'inspect'?"), ("splitt", "did you mean 'split'?"), ("build_vocabs", "did you mean 'vocab'?"),
+     ("frobnicate", "commands: create, inspect, split, vocab")],
+)
+def test_unknown_command_is_one_line(capsys, typed, suggestion):
+    code, out, err = run(capsys, typed, "--stats")
+    assert code == 2 and out == ""
+    assert err == f"bert-data: error: unknown command '{typed}'; {suggestion}\n"
+
+
+def test_dispatch_and_exit_codes_pass_through(tmp_path, tiny_corpus, tiny_vocab, capsys):
+    out = tmp_path / "tf"
+    code, stdout, _ = run(capsys, "create", *base_args(tiny_corpus, tiny_vocab, out), "--quiet")
+    assert code == 0 and "wrote" in stdout and (out / "data_params.json").exists()
+    code, stdout, _ = run(capsys, "inspect", out, "--stats", "--num_workers", "1")
+    assert code == 0 and stdout.rstrip().endswith("OK")
+    # the long names work too, as aliases
+    assert run(capsys, "inspect_tfrecords", out, "-n", "1")[0] == 0
+    # 1: a bad record
+    shard = sorted(out.glob("*.tfrecords"))[0]
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    code, stdout, _ = run(capsys, "inspect", out, "--stats")
+    assert code == 1 and stdout.rstrip().endswith("FAILED")
+    # 2: errors, whether the tool returns them or argparse exits with them
+    code, _, err = run(capsys, "inspect", tmp_path / "nope")
+    assert code == 2 and err.startswith("inspect_tfrecords: error: ")
+    code, _, err = run(capsys, "create", "--max_seq_length", "many")
+    assert code == 2 and "invalid int value" in err
+    assert run(capsys, "split", "--metadata_files", tiny_corpus)[0] == 2
+    assert run(capsys, "vocab", "--help")[0] == 0
+    code, stdout, _ = run(capsys, "split", "--metadata_files", tiny_corpus, "--validation_count", "2",
+                          "--output_dir", tmp_path / "splits")
+    assert code == 0 and "2 validation" in stdout
+
+
+def test_every_command_module_has_main():
+    for module, _, _ in COMMANDS.values():
+        tool = __import__(f"bert_data.tools.{module}", fromlist=["main"])
+        assert callable(tool.main)
+
+
+def test_console_script_is_declared():
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'bert-data = "bert_data.tools.main:entry_point"' in pyproject
+    assert umbrella.entry_point
+
+
+def test_real_process(tmp_path, tiny_corpus, tiny_vocab):
+    """``python -m bert_data.tools.main`` in a process of its own: version, a tool run with its
+    workers, an exit status of 2 and one line on stderr."""
+    def bert_data_cmd(*argv: object) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "bert_data.tools.main", *map(str, argv)], capture_output=True, text=True,
+            cwd=tmp_path, timeout=300,
+        )
+
+    done = bert_data_cmd("--version")
+    assert done.returncode == 0 and done.stdout == f"bert_data {bert_data.__version__}\n"
+    out = tmp_path / "tf"
+    done = bert_data_cmd("create", *base_args(tiny_corpus, tiny_vocab, out))
+    assert done.returncode == 0, done.stderr
+    done = bert_data_cmd("inspect", out, "--stats", "--num_workers", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("OK") and done.stderr == ""
+    done = bert_data_cmd("inspct", out)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "bert-data: error: unknown command 'inspct'; did you mean 'inspect'?\n"
