@@ -116,8 +116,9 @@ def iter_metadata(
                     yield DocumentSource(_joined(entry, prefix, prefix_remote), metadata_file, line_number, entry)
 
 
-def check_source(source: DocumentSource) -> None:
-    """Fail fast, naming the metadata file and line, for an entry that cannot exist as input.
+def check_source(source: DocumentSource) -> os.stat_result:
+    """Fail fast, naming the metadata file and line, for an entry that cannot exist as input;
+    returns its ``os.stat`` (one stat per entry).
 
     Directories and FIFOs are *not* errors here: they are counted as skipped documents later.
     """
@@ -129,24 +130,16 @@ def check_source(source: DocumentSource) -> None:
         raise MetadataError(f"{source.where()}: document {source.path} cannot be accessed ({exc.strerror})") from None
     if stat.S_ISREG(info.st_mode) and not os.access(source.path, os.R_OK):
         raise MetadataError(f"{source.where()}: document {source.path} is not readable (permission denied)")
+    return info
 
 
 def _sized(source: DocumentSource) -> int:
-    """Check one entry (as :func:`check_source`, with one stat) and return its size in bytes (0
-    when not a regular file, or a URL: those are never split and are checked by their worker)."""
+    """Check one entry (:func:`check_source`) and return its size in bytes (0 when not a regular
+    file, or a URL: those are never split and are checked by the worker that reads them)."""
     if is_remote(source.path):
         return 0
-    try:
-        info = os.stat(source.path)
-    except FileNotFoundError:
-        raise MetadataError(f"{source.where()}: document {source.path} does not exist") from None
-    except OSError as exc:
-        raise MetadataError(f"{source.where()}: document {source.path} cannot be accessed ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        return 0
-    if not os.access(source.path, os.R_OK):
-        raise MetadataError(f"{source.where()}: document {source.path} is not readable (permission denied)")
-    return info.st_size
+    info = check_source(source)
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
 
 
 def _sized_chunk(chunk: List[DocumentSource]) -> List[int]:
