@@ -125,10 +125,6 @@ def _objective_fields(settings: Mapping[str, Any], stats: Counter) -> Dict[str, 
     return out
 
 
-def local_vocab_identity(vocab_file: str, size: int) -> VocabIdentity:
-    return VocabIdentity(os.path.abspath(vocab_file), file_sha256(vocab_file), size)
-
-
 # --------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------

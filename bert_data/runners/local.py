@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from ..config import Config, output_settings
 from ..errors import BertDataError, OutputError
-from ..format.manifest import MANIFEST_NAME, build_manifest, load_manifest, local_vocab_identity
+from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest, load_manifest
 from ..group import GroupResult, Resources, build_resources, group_plan, process_group
 from ..metadata import (
     MetadataSummary,
@@ -468,9 +468,8 @@ def _run_planned(
     finally:
         assembler.close()
     _crash_point("published", 0)
-    manifest = build_manifest(
-        config.to_json(), stats, per_shard, summary, local_vocab_identity(config.vocab_file, vocab_size)
-    )
+    vocab = VocabIdentity(os.path.abspath(config.vocab_file), inputs["vocab_sha256"], vocab_size)  # hashed once
+    manifest = build_manifest(config.to_json(), stats, per_shard, summary, vocab)
     manifest["inputs"] = inputs  # what --resume of a finished run checks
     shutil.rmtree(work_dir, ignore_errors=True)
     write_json_atomically(os.path.join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
