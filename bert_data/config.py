@@ -99,15 +99,63 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str):
             return (value,)
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"--{name} must be a path or a list of paths, got {value!r}")
+            raise ConfigError(f"--{name} must be a path or a list of paths, got {_short(value)}")
         return tuple(value)
-    if name == "multiple_docs_separator" and isinstance(value, str):
+    if name == "multiple_docs_separator" and isinstance(value, str) and "\\" in value:
         # Shell users write '\n' literally; honour the usual escapes.
-        return value.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in value else value
+        try:
+            return value.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"--multiple_docs_separator {_short(value)} has a bad escape ({exc.reason}); write \\n, \\t, \\\\ "
+                f"(a backslash) or \\uXXXX"
+            ) from None
     return value
 
 
+def escape_separator(value: str) -> str:
+    """The inverse of the separator's escape decoding (for --print_config): backslashes and
+    unprintable characters written as escapes, so the printed preset reads back the same."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if c == "\\" or not c.isprintable() else c for c in value)
+
+
+def _short(value: Any, most: int = 60) -> str:
+    """``repr(value)`` cut to ``most`` characters: an error line stays one short line."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines; a larger file is not one
+PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")  # package data
+INTERNAL_SETTINGS = frozenset({"split_role"})  # set by the runner for each half of a split job, never by users
+COMMAND_LINE_ONLY = frozenset({"config", "log_level", "quiet", "print_config"})  # flags that are not settings
+
+
+def preset_names() -> Tuple[str, ...]:
+    """The presets shipped with the package (``--config NAME``), sorted."""
+    try:
+        names = os.listdir(PRESETS_DIR)
+    except OSError:
+        return ()
+    return tuple(sorted(n[: -len(".yaml")] for n in names if n.endswith(".yaml")))
+
+
+def resolve_config(value: str) -> str:
+    """``--config``: a path to a YAML file, or the name of a shipped preset (``bert_base_msl128``,
+    with or without ``.yaml``). An existing path wins over a preset of the same name."""
+    if value and os.path.lexists(value):
+        return value
+    presets = preset_names()
+    stem = os.path.basename(value)
+    for suffix in (".yaml", ".yml"):
+        stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
+    if value and "/" not in value and stem in presets:
+        return os.path.join(PRESETS_DIR, stem + ".yaml")
+    if stem in presets:
+        hint = f"; did you mean the preset {stem} (--config {stem})?"
+    else:
+        hint = f"; give a YAML file or a preset: {', '.join(presets)}" if presets else "; give a YAML file"
+    raise ConfigError(f"--config {_short(value)}: no such file, and no preset of that name{hint}")
 
 
 def _read_config_text(path: str) -> str:
@@ -124,10 +172,16 @@ def _read_config_text(path: str) -> str:
     if info.st_size > MAX_CONFIG_BYTES:
         raise ConfigError(f"--config {path}: {info.st_size} bytes, more than a preset can be ({MAX_CONFIG_BYTES})")
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: had the path been swapped for a FIFO since the stat, the open must not block
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as handle:
+            if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ConfigError(f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file")
             data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--config {path}: more than {MAX_CONFIG_BYTES} bytes, more than a preset can be")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -135,35 +189,83 @@ def _read_config_text(path: str) -> str:
         raise ConfigError(f"--config {path}: not UTF-8 text (line {line}); save it as UTF-8") from None
 
 
-def _no_alias_loader():
-    """yaml.SafeLoader refusing anchors and aliases: a preset never needs them, and they make
-    a few bytes expand to gigabytes (the billion laughs)."""
+def _strict_loader():
+    """yaml.SafeLoader refusing anchors and aliases (a preset never needs them, and they make
+    a few bytes expand to gigabytes: the billion laughs), merge keys (``<<``) and a key given
+    twice (PyYAML would silently keep the last one)."""
     import yaml
+    from yaml.composer import ComposerError
+    from yaml.constructor import ConstructorError
 
     class Loader(yaml.SafeLoader):
         def compose_node(self, parent, index):  # type: ignore[override]
-            if self.check_event(yaml.AliasEvent) or getattr(self.peek_event(), "anchor", None):
-                raise yaml.YAMLError(f"anchors and aliases (& and *) are not allowed, line {self.peek_event().start_mark.line + 1}")
+            event = self.peek_event()
+            if self.check_event(yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ComposerError(None, None, "anchors and aliases (& and *) are not allowed", event.start_mark)
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):  # type: ignore[override]
+            seen: Dict[str, int] = {}
+            for key_node, _ in getattr(node, "value", ()):
+                line = key_node.start_mark.line + 1
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise ConstructorError(None, None, "merge keys (<<) are not allowed", key_node.start_mark)
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in seen:
+                        raise ConstructorError(
+                            None, None, f"{key_node.value} is given twice (lines {seen[key_node.value]} and {line}); "
+                            "keep one", key_node.start_mark,
+                        )
+                    seen[key_node.value] = line
+            return super().construct_mapping(node, deep)
+
     return Loader
+
+
+def _yaml_problem(exc: BaseException) -> str:
+    """One line saying what is wrong in a YAML text, with the line when known."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem:
+        problem = problem.rstrip(".")
+        context = getattr(exc, "context", None)
+        if context and problem.startswith("but "):  # "expected a single document ... but found another"
+            problem = f"{context} {problem}"
+        return f"{problem}, line {mark.line + 1}" if mark is not None and "line" not in problem else problem
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return text.split(";")[0]
 
 
 def load_yaml_config(path: str) -> Dict[str, Any]:
     """Read a YAML preset; unknown keys and values of the wrong type are errors naming the key
     and the file (catches typos early)."""
+    import difflib
+
     import yaml
 
     text = _read_config_text(path)
     try:
-        data = yaml.load(text, Loader=_no_alias_loader()) or {}  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # ValueError: an integer of more than 4300 digits; RecursionError: [[[[...]]]] nested too deeply
+        raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(exc)})") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of flag names to values")
-    unknown = sorted(str(k) for k in set(data) - set(FIELD_NAMES))
-    if unknown:
-        raise ConfigError(f"--config {path}: unknown setting(s) {', '.join(unknown)}")
+        raise ConfigError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    settable = [n for n in FIELD_NAMES if n not in INTERNAL_SETTINGS]
+    for key in data:
+        if key in settable:
+            continue
+        if key in INTERNAL_SETTINGS:
+            raise ConfigError(f"--config {path}: {key} is set by create_tfrecords itself, not by a preset; drop it")
+        if key in COMMAND_LINE_ONLY:
+            raise ConfigError(f"--config {path}: {key} is a command-line flag only, not a setting; give --{key} instead")
+        close = difflib.get_close_matches(str(key), settable, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else " (the keys are the flag names, without --)"
+        raise ConfigError(f"--config {path}: unknown setting {_short(key, 40)}{hint}")
     for key, value in data.items():
         problem = value_problem(key, value)
         if problem:
@@ -172,17 +274,37 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
 
 
 def build_config(
-    overrides: Mapping[str, Any], config_file: Optional[str] = None, base: Optional[Config] = None
+    overrides: Mapping[str, Any],
+    config_file: Optional[str] = None,
+    base: Optional[Config] = None,
+    require_inputs: bool = True,
 ) -> Config:
-    """defaults < YAML preset < explicit overrides (entries whose value is None are ignored)."""
+    """defaults < YAML preset < explicit overrides (entries whose value is None are ignored).
+
+    ``config_file`` is a path or the name of a shipped preset (:func:`resolve_config`);
+    ``require_inputs=False`` (``--print_config``) lets --metadata_files / --vocab_file be absent."""
     values: Dict[str, Any] = {}
-    if config_file:
-        values.update(load_yaml_config(config_file))
+    if config_file is not None:
+        values.update(load_yaml_config(resolve_config(config_file)))
     values.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(values) - set(FIELD_NAMES))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)}")
     values = {k: _coerce(k, v) for k, v in values.items()}
     config = (base or Config()).replace(**values)
-    validate(config)
+    validate(config, require_inputs=require_inputs)
     return config
+
+
+def effective_yaml(config: Config, source: str = "") -> str:
+    """The settings of ``config`` as a YAML preset (``--print_config``): given back to ``--config``
+    it makes the same Config (the separator is written with its escapes)."""
+    import yaml
+
+    data = {k: v for k, v in config.to_json().items() if k not in INTERNAL_SETTINGS}
+    data["multiple_docs_separator"] = escape_separator(config.multiple_docs_separator)
+    header = f"# create_tfrecords effective settings: defaults < {source or 'no --config'} < flags\n"
+    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=1 << 16)
 
 
 _OPTIONAL_TEXT = frozenset({"spacy_model", "vocab_file"})  # None or text
@@ -196,21 +318,21 @@ def value_problem(name: str, value: Any) -> str:
     if name in _PATH_LISTS:
         items = (value,) if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v for v in items):
-            return f"must be a path or a list of paths, got {value!r}"
+            return f"must be a path or a list of paths, got {_short(value)}"
     elif name in _OPTIONAL_TEXT:
         if value is not None and not isinstance(value, str):
-            return f"must be text, got {value!r}"
+            return f"must be text, got {_short(value)}"
     elif isinstance(default, bool):
         if not isinstance(value, bool):
-            return f"must be true or false, got {value!r}"
+            return f"must be true or false, got {_short(value)}"
     elif isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"must be an integer, got {value!r}"
+            return f"must be an integer, got {_short(value)}"
     elif isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"must be a number, got {value!r}"
+            return f"must be a number, got {_short(value)}"
     elif isinstance(default, str) and not isinstance(value, str):
-        return f"must be text, got {value!r}"
+        return f"must be text, got {_short(value)}"
     return ""
 
 
@@ -221,26 +343,65 @@ def _check_type(config: Config) -> None:
             raise ConfigError(f"--{f.name} {problem}")
 
 
-# Absurd sizes are refused up front, not run until memory or disk runs out: (flag, most, why).
+# Absurd sizes are refused up front, not run until memory, disk or open files run out:
+# (flag, most, why). Documented in the README's flag table; tests/test_config.py checks each.
+MAX_SEQ_LENGTH = 8192  # the longest context of BERT-family encoders in use; a batch is 4,096 x L ids
 UPPER_BOUNDS = (
-    ("max_seq_length", 1 << 16, "each instance is this many ids, times 4 bytes, per feature"),
-    ("max_predictions_per_seq", 1 << 16, "every instance stores this many positions"),
-    ("dupe_factor", 10_000, "each pass writes the whole corpus again"),
-    ("num_output_files", 1 << 20, "one open file per shard"),
-    ("split_num", 1 << 24, "a group is held in one worker's memory"),
-    ("num_workers", 4096, "one process each, ~250 MB of memory each"),
-    ("buffer_size", 1 << 31, "window tokens held in memory at once"),
-    ("overlap_size", 1 << 16, "at most --max_seq_length anyway"),
+    ("max_seq_length", MAX_SEQ_LENGTH, "the longest BERT-family context; each batch of 4,096 rows holds L ids per feature"),
+    ("max_predictions_per_seq", MAX_SEQ_LENGTH, "at most --max_seq_length anyway"),
+    ("dupe_factor", 1000, "each pass writes the whole corpus again; BERT uses 10"),
+    ("num_output_files", 100_000, "the coordinator keeps one open file per shard"),
+    ("split_num", 1 << 20, "a group's list of files is held by one worker"),
+    ("buffer_size", 100_000_000, "~40 bytes of memory per token in each worker"),
+    ("overlap_size", MAX_SEQ_LENGTH, "at most --max_seq_length anyway"),
 )
+MAX_NAME_BYTES = 200  # NAME-100000.tfrecords.partial within a file system's 255-byte names
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # a 64-bit integer, signed or not
+MOST_WORKERS = 1024  # and at most 4 per usable core
 
 
-def validate(config: Config) -> None:
-    """Reject impossible or contradictory settings before any work starts."""
+def most_workers() -> Tuple[int, str]:
+    """(--num_workers at most, why): 4 per usable core (more only thrash, each worker a process of
+    ~250 MB), and never more than ``MOST_WORKERS``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if 4 * cores < MOST_WORKERS:
+        return 4 * cores, f"4 per usable core, {cores} here; each worker is a process of ~250 MB"
+    return MOST_WORKERS, "each worker is a process of ~250 MB"
+
+
+def _check_sizes(config: Config) -> None:
+    """Every size within its documented bounds (lower bounds of the plain counts, then upper)."""
+    for name in ("dupe_factor", "num_output_files", "split_num", "num_workers"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"--{name} must be at least 1, got {_short(getattr(config, name), 30)}")
+    for name, most, why in UPPER_BOUNDS + (("num_workers", *most_workers()),):
+        if getattr(config, name) > most:
+            raise ConfigError(f"--{name} {_short(getattr(config, name), 30)} is more than {most:,} ({why})")
+    if not SEED_RANGE[0] <= config.seed <= SEED_RANGE[1]:
+        raise ConfigError(f"--seed {_short(config.seed, 30)} is not a 64-bit integer (between -2^63 and 2^64 - 1)")
+    if not 1 << 16 <= config.group_bytes <= 1 << 30:
+        raise ConfigError(
+            f"--group_bytes {config.group_bytes} must be between 64K and 1G (default 8M): a worker holds ~10 times it"
+        )
+    if not 1000 <= config.max_document_chars <= 1 << 34:
+        raise ConfigError(
+            f"--max_document_chars {config.max_document_chars} must be between 1000 and 16G (default 1M)"
+        )
+
+
+def validate(config: Config, require_inputs: bool = True) -> None:
+    """Reject impossible or contradictory settings before any work starts (``require_inputs=False``:
+    --metadata_files and --vocab_file may be missing, for --print_config)."""
     _check_type(config)
-    if not config.metadata_files:
+    if require_inputs and not config.metadata_files:
         raise ConfigError("--metadata_files is required: give one or more metadata files listing the documents")
-    if not config.vocab_file:
+    if require_inputs and not config.vocab_file:
         raise ConfigError("--vocab_file is required: the WordPiece vocab.txt the model will use")
+    _check_sizes(config)
+    if not config.output_dir:
+        raise ConfigError("--output_dir must not be empty: give a directory (default ./tfrecords/)")
+    if config.spacy_model == "":
+        raise ConfigError("--spacy_model must not be empty: leave it out for the rule-based sentencizer")
     if config.max_seq_length < 5:
         raise ConfigError(
             f"--max_seq_length {config.max_seq_length} is too small: it must hold [CLS] A [SEP] B [SEP] (at least 5)"
@@ -260,22 +421,15 @@ def validate(config: Config) -> None:
             f"--min_short_seq_length {config.min_short_seq_length} must be between 1 and --max_seq_length - 3 "
             f"({max_num_tokens})"
         )
-    if not 1 << 16 <= config.group_bytes <= 1 << 34:
-        raise ConfigError(f"--group_bytes {config.group_bytes} must be between 64K and 16G (default 8M)")
-    if not 1000 <= config.max_document_chars <= 1 << 34:
-        raise ConfigError(
-            f"--max_document_chars {config.max_document_chars} must be between 1000 and 16G (default 1M)"
-        )
-    for name in ("dupe_factor", "num_output_files", "split_num", "num_workers"):
-        if getattr(config, name) < 1:
-            raise ConfigError(f"--{name} must be at least 1, got {getattr(config, name)}")
-    for name, most, why in UPPER_BOUNDS:
-        if getattr(config, name) > most:
-            raise ConfigError(f"--{name} {getattr(config, name)} is more than {most:,} ({why})")
     if config.compression not in COMPRESSIONS:
-        raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {config.compression!r}")
+        raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {_short(config.compression)}")
     if not config.name or any(c in config.name for c in "/\\\0") or config.name in (".", ".."):
-        raise ConfigError(f"--name {config.name!r} must be a plain file-name prefix (no slashes)")
+        raise ConfigError(f"--name {_short(config.name)} must be a plain file-name prefix (no slashes)")
+    if len(config.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"--name {_short(config.name)} is longer than {MAX_NAME_BYTES} bytes: a shard's file name "
+            f"(NAME-N.tfrecords.partial) must fit in 255"
+        )
     if config.multiple_docs_in_single_file and config.multiple_docs_separator == "":
         raise ConfigError("--multiple_docs_separator must not be empty with --multiple_docs_in_single_file")
     if not 0.0 <= config.validation_fraction < 1.0:
@@ -286,7 +440,7 @@ def validate(config: Config) -> None:
             "documents by fraction, or name the validation documents, not both"
         )
     if config.split_role not in ("", "train", "validation"):
-        raise ConfigError(f"split_role must be train or validation, got {config.split_role!r}")
+        raise ConfigError(f"split_role must be train or validation, got {_short(config.split_role)}")
     if config.resume and config.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other: continue the interrupted run or start over")
     if config.single_sentence_per_line and config.spacy_model:
@@ -304,22 +458,43 @@ def _validate_inputs(config: Config) -> None:
     from .documents import INPUT_FORMATS  # the input stage owns its formats (lazy: config stays a leaf)
 
     if config.input_format not in INPUT_FORMATS:
-        raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {config.input_format!r}")
-    import codecs
-
-    try:
-        codecs.lookup(config.input_encoding)
-    except (LookupError, TypeError):
-        raise ConfigError(
-            f"--input_encoding {config.input_encoding!r} is not a text encoding Python knows (e.g. utf-8, latin-1, cp1252)"
-        ) from None
+        raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {_short(config.input_format)}")
+    _check_encoding(config.input_encoding)
     if not isinstance(config.text_key, str) or not config.text_key:
-        raise ConfigError(f"--text_key must be a non-empty JSON key, got {config.text_key!r}")
+        raise ConfigError(f"--text_key must be a non-empty JSON key, got {_short(config.text_key)}")
     if config.input_format == "jsonl" and config.multiple_docs_in_single_file:
         raise ConfigError(
             "--multiple_docs_in_single_file does not apply to --input_format jsonl: every JSON line is already "
             "one document; drop --multiple_docs_in_single_file"
         )
+
+
+def _check_encoding(name: str) -> None:
+    """--input_encoding: a text encoding that can decode any bytes with replacement characters
+    (the documents are decoded so). Python also knows bytes-to-bytes codecs (base64, zlib, ...),
+    text-to-text ones (rot13) and some that cannot replace (idna, punycode): refused here, not
+    a traceback in every worker."""
+    import codecs
+
+    hint = "e.g. utf-8, latin-1, cp1252"
+    try:
+        info = codecs.lookup(name)
+    except (LookupError, TypeError, ValueError):
+        raise ConfigError(f"--input_encoding {_short(name)} is not a text encoding Python knows ({hint})") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise ConfigError(
+            f"--input_encoding {_short(name)} is not a text encoding (it turns bytes into bytes, or text into text); "
+            f"give the documents' character encoding ({hint})"
+        )
+    if info.name in ("utf-16", "utf-32"):
+        return  # they need a byte-order mark, and files that have one are recognised anyway
+    try:
+        codecs.getincrementaldecoder(name)(errors="replace").decode(b"Text 123\n\xff\xfe\x00", final=True)
+    except Exception:  # noqa: BLE001 - any failure here would be every worker's
+        raise ConfigError(
+            f"--input_encoding {_short(name)} cannot decode documents (it refuses bytes it does not expect instead of "
+            f"replacing them); give the documents' character encoding ({hint})"
+        ) from None
 
 
 _MLM_ONLY_SETTINGS = ("allow_cross_document_examples", "document_separator_token", "overlap_size", "buffer_size")
@@ -360,7 +535,7 @@ def _validate_objective(config: Config) -> None:
         )
     token = config.document_separator_token
     if not isinstance(token, str) or not token or token != token.strip() or any(c.isspace() for c in token):
-        raise ConfigError(f"--document_separator_token must be one vocabulary token without spaces, got {token!r}")
+        raise ConfigError(f"--document_separator_token must be one vocabulary token without spaces, got {_short(token)}")
     if config.allow_cross_document_examples:
         if token in ("[MASK]", "[PAD]", "[CLS]"):
             raise ConfigError(
@@ -385,7 +560,7 @@ RUNNERS = ("local", "beam")
 def _validate_runner(config: Config) -> None:
     """--runner rules (the runners live in bert_data.runners)."""
     if config.runner not in RUNNERS:
-        raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {config.runner!r}")
+        raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {_short(config.runner)}")
     if config.runner == "beam" and config.resume:
         raise ConfigError(
             "--resume is for the local runner; with --runner beam re-run the job (its output is deterministic)"

@@ -1,5 +1,10 @@
 """Typed errors. Every data or usage problem a user can cause raises a subclass of
-:class:`BertDataError`; the command-line tools print its message on one line and exit 2."""
+:class:`BertDataError`; the command-line tools print its message on one line and exit 2.
+
+Exit codes of the tools (documented in the README): 0 done; 1 ``inspect_tfrecords`` found a bad
+record, or a Beam pipeline failed; 2 a user error (:class:`BertDataError`: input, flags, config,
+output directory, resume); 3 a worker process died (resumable); 130 interrupted (Ctrl-C,
+resumable)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import OutputError, ResumeError
-from .format.manifest import MANIFEST_NAME, load_manifest
+from .format.manifest import MANIFEST_NAME
 from .format.records import frame_records, serialize_examples
 from .storage import write_json_atomically
 
@@ -247,23 +247,30 @@ def load_resume_state(output_dir: str, run_settings: Mapping) -> Optional[Dict]:
     """The journal of an interrupted run in ``output_dir``, checked against this run's settings.
 
     Returns None when the output is already complete (its manifest exists, same settings).
-    Raises :class:`ResumeError` when there is nothing to resume or the settings differ.
+    Raises :class:`ResumeError` when there is nothing to resume, the settings differ, or the
+    journal is damaged (truncated, not JSON, fields of the wrong type or length, partial shards
+    shorter than it says): one line naming the file and ``--overwrite``, never a traceback.
     """
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
     run_file = os.path.join(work_dir, RUN_FILE)
-    if not os.path.exists(run_file):
-        manifest = load_manifest(output_dir)
-        if manifest is not None:
-            _check_same_settings(run_settings, {k: manifest.data.get(k) for k in run_settings}, manifest.path)
+    if not os.path.lexists(run_file):
+        if os.path.lexists(work_dir):  # killed between making the work directory and its run.json
+            raise _damaged(run_file, "missing: the run was stopped before it started")
+        manifest_path = os.path.join(output_dir, MANIFEST_NAME)
+        if os.path.lexists(manifest_path):  # read like a journal: a damaged one is said as such
+            manifest = _read_journal(manifest_path)
+            _check_same_settings(run_settings, {k: manifest.get(k) for k in run_settings}, manifest_path)
             return None
         raise ResumeError(f"--resume: no interrupted run in {output_dir} (nothing to continue); run without --resume")
     previous = _read_journal(run_file)
+    _check_run_file(previous, run_settings, run_file)
     _check_same_settings(run_settings, previous, run_file)
     progress_path = os.path.join(work_dir, PROGRESS_FILE)
     shards = run_settings.get("num_output_files")
-    if os.path.exists(progress_path):
+    if os.path.lexists(progress_path):
         state = _read_journal(progress_path)
         _check_progress(state, shards, progress_path)
+        _check_partial_shards(output_dir, work_dir, run_settings.get("name"), state["shard_bytes"], progress_path)
     else:
         state = {"next_group": 0, "shard_bytes": [0] * shards, "shard_records": [0] * shards, "stats": {}}
     _clear_fragments(work_dir)
@@ -276,42 +283,102 @@ def _damaged(path: str, what: str) -> ResumeError:
     )
 
 
+MAX_JOURNAL_BYTES = 64 << 20  # run.json and progress.json are a few KB (~30 bytes a shard)
+
+
 def _read_journal(path: str) -> Dict:
-    """A journal file of the work directory, as a JSON object, or one line saying it is damaged."""
+    """A journal file of the work directory, as a JSON object, or one line saying it is damaged.
+    Only a regular file is opened (a FIFO put there would block the open), of a sane size."""
+    import stat
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise _damaged(path, "not a regular file")
+        if info.st_size > MAX_JOURNAL_BYTES:
+            raise _damaged(path, f"{info.st_size} bytes, far more than a journal holds")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with open(fd, "rb") as handle:
+            raw = handle.read(MAX_JOURNAL_BYTES + 1)
     except OSError as exc:
         raise _damaged(path, f"cannot be read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _damaged(path, "not valid JSON: not UTF-8 text") from None
+    except ValueError as exc:
         raise _damaged(path, f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise _damaged(path, "not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise _damaged(path, "not a JSON object")
     return data
 
 
+def _whole(value: object) -> bool:
+    """A non-negative integer (JSON true/false are not numbers here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_run_file(previous: Dict, run_settings: Mapping, path: str) -> None:
+    """run.json holds every setting of a run and its input fingerprints: a missing one, or
+    fingerprints that are not a mapping of text, is damage, not a changed setting."""
+    missing = sorted(k for k in run_settings if k not in previous)
+    if missing:
+        raise _damaged(path, f"it has no {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    inputs = previous.get("inputs", {})
+    if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
+        raise _damaged(path, "inputs is not a mapping of fingerprints")
+
+
 def _check_progress(state: Dict, shards: Optional[int], path: str) -> None:
     """The progress journal's fields have the types and lengths a resume relies on."""
-
-    def whole(value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-    if not whole(state.get("next_group")):
-        raise _damaged(path, f"next_group is {state.get('next_group')!r}, not a group number")
+    if not _whole(state.get("next_group")):
+        raise _damaged(path, f"next_group is {_short(state.get('next_group'))}, not a group number")
     for key in ("shard_bytes", "shard_records"):
         values = state.get(key)
-        if not isinstance(values, list) or len(values) != shards or not all(whole(v) for v in values):
+        if not isinstance(values, list) or len(values) != shards or not all(_whole(v) for v in values):
             raise _damaged(path, f"{key} is not {shards} non-negative integers")
     stats = state.get("stats")
-    if not isinstance(stats, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
-        raise _damaged(path, "stats is not a mapping of counters")
+    if not isinstance(stats, dict) or not all(_whole(v) for v in stats.values()):
+        raise _damaged(path, "stats is not a mapping of non-negative counters")
+
+
+def _check_partial_shards(output_dir: str, work_dir: str, name: object, shard_bytes: Sequence[int], path: str) -> None:
+    """Each partial shard holds at least the bytes the journal says (the resume cuts it back to
+    them); a shorter one was damaged after the journal was written. (A shard already renamed
+    into place by a run killed while publishing counts too: the resume takes it back.)"""
+    if not isinstance(name, str):
+        return  # the settings check has refused this already
+    for final, size in zip(shard_file_names(name, len(shard_bytes)), shard_bytes):
+        partial = os.path.join(work_dir, final + ".partial")
+        published = os.path.join(output_dir, final)
+        try:
+            if os.path.exists(partial):
+                actual = os.path.getsize(partial)
+            else:
+                actual = os.path.getsize(published) if os.path.exists(published) else 0
+                actual = actual if actual == size else 0
+        except OSError:
+            actual = 0
+        if actual < size:
+            raise _damaged(path, f"it counts {size} bytes in {final}.partial, which holds {actual}")
+
+
+def _short(value: object, most: int = 40) -> str:
+    """``repr(value)`` cut to ``most`` characters (a damaged file may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def _check_same_settings(current: Mapping, previous: Mapping, where: str) -> None:
     differing = sorted(k for k in set(current) | set(previous) if current.get(k) != previous.get(k))
     if differing:
-        details = ", ".join(f"--{k} was {previous.get(k)!r}, now {current.get(k)!r}" for k in differing[:4])
-        raise ResumeError(f"--resume: settings differ from the interrupted run ({where}): {details}")
+        details = ", ".join(
+            f"--{k[:40]} was {_short(previous.get(k))}, now {_short(current.get(k))}" for k in differing[:4]
+        )
+        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+        raise ResumeError(f"--resume: settings differ from the interrupted run ({where}): {details}{more}")
 
 
 def fragment_path(work_dir: str, group_index: int) -> str:

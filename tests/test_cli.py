@@ -371,13 +371,183 @@ def test_invalid_utf8_metadata_is_one_line_error(capsys, tmp_path, tiny_corpus, 
 
 
 @pytest.mark.parametrize("argv, line", [
-    (["--input_files", "x"], "create_tfrecords: error: unknown flag --input_files; did you mean --input_files_prefix?"),
-    (["--dupe_factr", "3"], "create_tfrecords: error: unknown flag --dupe_factr; did you mean --dupe_factor?"),
-    (["--max_seq_length", "abc"], "create_tfrecords: error: argument --max_seq_length: invalid int value: 'abc'"),
-    (["--metadata_files"], "create_tfrecords: error: argument --metadata_files: expected at least one argument"),
+    (["--input_files", "x"], "unknown flag --input_files; did you mean --input_files_prefix?"),
+    (["--dupe_factr", "3"], "unknown flag --dupe_factr; did you mean --dupe_factor?"),
+    (["--dupe_factr=3"], "unknown flag --dupe_factr; did you mean --dupe_factor?"),
+    (["--colour", "blue"], "unknown flag --colour; see --help"),
+    (["-x"], "unknown flag -x; see --help"),
+    (["meta.txt"], "unexpected argument 'meta.txt': every input is given by a flag (e.g. --metadata_files meta.txt); "
+     "see --help"),
+    (["--max_seq_length", "abc"], "--max_seq_length: invalid int value 'abc'; give an integer"),
+    (["--max_seq_length", "1e3"], "--max_seq_length: invalid int value '1e3'; give an integer"),
+    (["--max_seq_length", "9" * 5000], "--max_seq_length: invalid int value '" + "9" * 56 + "...; give an integer"),
+    (["x" * 100], "unexpected argument '" + "x" * 57 + "...': every input is given by a flag (e.g. "
+     "--metadata_files " + "x" * 57 + "...); see --help"),
+    (["--buffer_size", "lots"], "--buffer_size: invalid integer value 'lots'; give an integer"),
+    (["--masked_lm_prob", "high"], "--masked_lm_prob: invalid float value 'high'; give a number"),
+    (["--metadata_files"], "--metadata_files needs a value (expected at least one argument; a value that starts with - is written --metadata_files=VALUE)"),
+    (["--output_dir"], "--output_dir needs a value (expected one argument; a value that starts with - is written --output_dir=VALUE)"),
+    (["--name", "-x"], "--name needs a value (expected one argument; a value that starts with - is written "
+     "--name=VALUE)"),
+    (["--config"], "--config needs a value (expected one argument; a value that starts with - is written --config=VALUE)"),
+    (["--overwrite=yes"], "--overwrite takes no value (ignored explicit argument 'yes'); write --overwrite or "
+     "--no-overwrite"),
+    (["--compression", "zip"], "--compression: invalid choice: 'zip' (choose from 'none', 'gzip')"),
+    (["--group_bytes", "12Q"], "--group_bytes: invalid size: '12Q' (an integer, or with K, M or G: 8M)"),
 ])
 def test_usage_errors_are_one_line_and_never_abbreviations(capsys, argv, line):
     with pytest.raises(SystemExit) as exit_info:
         main(["--vocab_file", "v.txt", *argv])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert capsys.readouterr().err.strip().splitlines() == [f"create_tfrecords: error: {line}"]
+
+
+@pytest.mark.parametrize("flags, line", [
+    ({"max_seq_length": 100_000}, "--max_seq_length 100000 is more than 8,192 (the longest BERT-family context; each "
+     "batch of 4,096 rows holds L ids per feature)"),
+    ({"dupe_factor": 1001}, "--dupe_factor 1001 is more than 1,000 (each pass writes the whole corpus again; BERT "
+     "uses 10)"),
+    ({"num_output_files": 100_001}, "--num_output_files 100001 is more than 100,000 (the coordinator keeps one open "
+     "file per shard)"),
+    ({"split_num": 2_000_000}, "--split_num 2000000 is more than 1,048,576 (a group's list of files is held by one "
+     "worker)"),
+    ({"max_predictions_per_seq": 9000}, "--max_predictions_per_seq 9000 is more than 8,192 (at most "
+     "--max_seq_length anyway)"),
+    ({"mlm_only": True, "buffer_size": "1e9"}, "--buffer_size 1000000000 is more than 100,000,000 (~40 bytes of "
+     "memory per token in each worker)"),
+    ({"group_bytes": "2G"}, "--group_bytes 2147483648 must be between 64K and 1G (default 8M): a worker holds ~10 "
+     "times it"),
+    ({"seed": str(1 << 64)}, "--seed 18446744073709551616 is not a 64-bit integer (between -2^63 and 2^64 - 1)"),
+    ({"output_dir": ""}, "--output_dir must not be empty: give a directory (default ./tfrecords/)"),
+    ({"spacy_model": ""}, "--spacy_model must not be empty: leave it out for the rule-based sentencizer"),
+])
+def test_absurd_values_are_refused_before_any_work(capsys, tmp_path, tiny_corpus, tiny_vocab, flags, line):
+    out = flags.pop("output_dir", tmp_path / "out")
+    assert run_error(capsys, base_args(tiny_corpus, tiny_vocab, out, **flags)) == f"create_tfrecords: error: {line}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_num_workers_is_bounded_by_the_cores(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    cores = len(os.sched_getaffinity(0))
+    most = min(4 * cores, 1024)
+    line = run_error(capsys, base_args(tiny_corpus, tiny_vocab, tmp_path / "out", num_workers=most + 1))
+    assert line.startswith(f"create_tfrecords: error: --num_workers {most + 1} is more than {most:,} (")
+    assert not (tmp_path / "out").exists()
+
+
+# --- presets by name, --print_config -------------------------------------------------------------
+
+
+def test_config_preset_by_name(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    out = tmp_path / "out"
+    args = base_args(tiny_corpus, tiny_vocab, out, config="bert_base_msl128", max_seq_length=None,
+                     max_predictions_per_seq=None, dupe_factor=1)
+    assert main(args) == 0, capsys.readouterr().err
+    manifest = manifest_of(out)
+    assert (manifest["max_seq_length"], manifest["max_predictions_per_seq"], manifest["dupe_factor"]) == (128, 20, 1)
+
+
+def test_print_config_prints_the_merged_settings_and_runs_nothing(capsys, tmp_path):
+    import yaml
+
+    out = tmp_path / "out"
+    code = main(["--config", "bert_base_msl512", "--dupe_factor", "3", "--output_dir", str(out), "--print_config"])
+    captured = capsys.readouterr()
+    assert code == 0 and captured.err == ""
+    assert captured.out.startswith(
+        "# create_tfrecords effective settings: defaults < --config bert_base_msl512 < flags\n"
+    )
+    data = yaml.safe_load(captured.out)
+    assert (data["max_seq_length"], data["max_predictions_per_seq"], data["dupe_factor"]) == (512, 80, 3)
+    assert data["output_dir"] == str(out) and data["metadata_files"] == [] and data["vocab_file"] is None
+    assert not out.exists()
+
+
+def test_print_config_reads_back_as_the_same_run(capsys, tmp_path, tiny_corpus, tiny_vocab):
+    args = base_args(tiny_corpus, tiny_vocab, tmp_path / "out", multiple_docs_separator="\\n==\\n", seed=7)
+    assert main(args + ["--print_config"]) == 0
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out, encoding="utf-8")
+    from bert_data.tools.create import build_parser, config_from_args
+
+    direct = config_from_args(build_parser().parse_args(args))
+    assert config_from_args(build_parser().parse_args(["--config", str(printed)])) == direct
+
+
+def test_print_config_refuses_what_a_run_would(capsys):
+    line = run_error(capsys, ["--config", "bert_base_msl512", "--max_seq_length", "64", "--print_config"])
+    assert line == (
+        "create_tfrecords: error: --max_predictions_per_seq 80 must be at least 1 and smaller than --max_seq_length 64"
+    )
+
+
+def test_print_config_into_a_closed_pipe_is_quiet():
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written: the write gets EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bert_data.tools.create", "--config", "bert_base_msl128", "--print_config"],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0 and done.stderr == ""
+
+
+# --- special files, open files -------------------------------------------------------------------
+
+
+def test_special_files_as_vocab_or_config_are_one_line_and_never_hang(tmp_path, tiny_corpus):
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for flag, value, needle in [
+        ("vocab_file", fifo, f"vocab file '{fifo}' is not a regular file"),
+        ("vocab_file", "/dev/zero", "vocab file '/dev/zero' is not a regular file"),
+        ("vocab_file", tmp_path, "is a directory"),
+        ("config", fifo, f"--config {fifo}: not a regular file (a directory, FIFO or device); give a YAML file"),
+        ("config", "/dev/zero", "--config /dev/zero: not a regular file (a directory, FIFO or device); give a YAML file"),
+        ("config", tmp_path, f"--config {tmp_path}: not a regular file (a directory, FIFO or device); give a YAML file"),
+    ]:
+        args = base_args(tiny_corpus, tmp_path / "vocab.txt", tmp_path / "out", **{flag: value})
+        done = subprocess.run([sys.executable, "-m", "bert_data.tools.create", *args], capture_output=True, text=True,
+                              timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (flag, value, done.stderr)
+        assert lines[0].startswith("create_tfrecords: error: ") and needle in lines[0], lines[0]
+
+
+def _limit_open_files(soft: int, hard: int):
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return limit
+
+
+def test_more_shards_than_open_files_is_refused_up_front_or_the_limit_raised(tmp_path, tiny_corpus, tiny_vocab):
+    import resource
+    import subprocess
+    import sys
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 400:
+        pytest.skip(f"hard open-file limit {hard} is too low for this test")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "bert_data.tools.create", *base_args(tiny_corpus, tiny_vocab, out, num_output_files=200)]
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=300, preexec_fn=_limit_open_files(100, 100))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "create_tfrecords: error: --num_output_files 200 needs about 268 open files, but this process may open only "
+        "100 (ulimit -n, hard limit 100); raise the limit (ulimit -n 268) or write fewer shards"
+    ]
+    assert not out.exists()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, preexec_fn=_limit_open_files(100, hard))
+    assert done.returncode == 0, done.stderr  # the soft limit is raised as far as needed
+    assert len(manifest_of(out)["instances_per_shard"]) == 200

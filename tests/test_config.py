@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from bert_data.tools.create import build_parser, config_from_args
-from bert_data.config import Config, build_config, load_yaml_config, validate
+from bert_data.config import (
+    PRESETS_DIR, Config, build_config, effective_yaml, load_yaml_config, most_workers, preset_names, validate,
+)
 from bert_data.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +109,36 @@ def test_yaml_missing_not_mapping_and_invalid(tmp_path):
     ("metadata_files: [a.txt, 3]\n", "metadata_files: must be a path or a list of paths, got ['a.txt', 3]"),
     ("masked_lm_prob: true\n", "masked_lm_prob: must be a number, got True"),
     ("name: &x examples\nseed: 1\n", "not valid YAML (anchors and aliases (& and *) are not allowed, line 1)"),
-    ("- a\n- b\n", "expected a mapping of flag names to values"),
+    ("- a\n- b\n", "expected a mapping of flag names to values, got list"),
+    # hostile YAML: one line each, naming the file
+    ("dupe_factor: 2\nseed: 1\ndupe_factor: 3\n",
+     "not valid YAML (dupe_factor is given twice (lines 1 and 3); keep one)"),
+    ("dupe_factor: 2\n<<: {seed: 3}\n", "not valid YAML (merge keys (<<) are not allowed, line 2)"),
+    ("a: &x [1]\nb: *x\n", "not valid YAML (anchors and aliases (& and *) are not allowed, line 1)"),
+    ("seed: " + "9" * 5000 + "\n",
+     "not valid YAML (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits)"),
+    ("seed: " + "[" * 50_000 + "\n", "not valid YAML (nested too deeply)"),
+    ("seed: [1, 2\n", "not valid YAML (expected ',' or ']', but got '<stream end>', line 2)"),
+    ("? [a, b]\n: 1\n", "not valid YAML (found unhashable key, line 1)"),
+    ("seed: !!python/object:os.system x\n",
+     "not valid YAML (could not determine a constructor for the tag 'tag:yaml.org,2002:python/object:os.system', line 1)"),
+    ("name: a\n---\nname: b\n",
+     "not valid YAML (expected a single document in the stream but found another document, line 2)"),
+    ("max_seq_lenght: 3\n", "unknown setting 'max_seq_lenght' (did you mean max_seq_length?)"),
+    ("colour: blue\n", "unknown setting 'colour' (the keys are the flag names, without --)"),
+    ("1: 2\n", "unknown setting 1 (the keys are the flag names, without --)"),
+    ("split_role: train\n", "split_role is set by create_tfrecords itself, not by a preset; drop it"),
+    ("log_level: DEBUG\n", "log_level is a command-line flag only, not a setting; give --log_level instead"),
+    ("config: other.yaml\n", "config is a command-line flag only, not a setting; give --config instead"),
+    ("output_dir: 2024-01-01\n", "output_dir: must be text, got datetime.date(2024, 1, 1)"),
+    ("input_files_prefix: null\n", "input_files_prefix: must be text, got None"),
+    ("name: [" + ", ".join(["aaaa"] * 100) + "]\n",
+     "name: must be text, got ['aaaa', 'aaaa', 'aaaa', 'aaaa', 'aaaa', 'aaaa', 'aaaa', ..."),
+    ("seed: 1.5\n", "seed: must be an integer, got 1.5"),
+    ("max_seq_length: 1e3\n", "max_seq_length: must be an integer, got '1e3'"),
+    ("mlm_only: yes please\n", "mlm_only: must be true or false, got 'yes please'"),
+    ("7\n", "expected a mapping of flag names to values, got int"),
+    ("just text\n", "expected a mapping of flag names to values, got str"),
 ])
 def test_yaml_values_are_checked_against_the_config_types(tmp_path, text, message):
     preset = tmp_path / "p.yaml"
@@ -134,23 +165,49 @@ def test_flag_values_are_type_checked_too():
         build_config(dict(REQUIRED, name=5))
 
 
-@pytest.mark.parametrize(
-    "preset, msl, mp",
-    [("bert_base_msl128.yaml", 128, 20), ("bert_base_msl512.yaml", 512, 80)],
-)
-def test_presets_load(preset, msl, mp):
-    config = build_config(REQUIRED, config_file=str(REPO / "configs" / preset))
-    assert (config.max_seq_length, config.max_predictions_per_seq) == (msl, mp)
-    assert config.do_lower_case is True
-    assert config.masked_lm_prob == 0.15
+@pytest.mark.parametrize("preset, msl, mp", [("bert_base_msl128", 128, 20), ("bert_base_msl512", 512, 80)])
+def test_presets_load_by_name_and_by_path(preset, msl, mp):
+    for given in (preset, f"{preset}.yaml", str(REPO / "bert_data" / "configs" / f"{preset}.yaml")):
+        config = build_config(REQUIRED, config_file=given)
+        assert (config.max_seq_length, config.max_predictions_per_seq) == (msl, mp)
+        assert config.do_lower_case is True
+        assert config.masked_lm_prob == 0.15
+
+
+def test_presets_are_package_data():
+    assert preset_names() == ("bert_base_msl128", "bert_base_msl512")
+    assert Path(PRESETS_DIR) == REPO / "bert_data" / "configs"
+    package_data = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"configs/*.yaml"' in package_data
 
 
 def test_every_bundled_preset_loads():
-    presets = sorted((REPO / "configs").glob("*.yaml"))
-    assert presets
+    presets = sorted((REPO / "bert_data" / "configs").glob("*.yaml")) + [REPO / "configs" / "sample.yaml"]
     for preset in presets:
         config = build_config(REQUIRED, config_file=str(preset))
         validate(config)
+
+
+def test_an_existing_path_wins_over_a_preset_of_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("bert_base_msl128").write_text("max_seq_length: 64\nmax_predictions_per_seq: 9\n", encoding="utf-8")
+    assert build_config(REQUIRED, config_file="bert_base_msl128").max_seq_length == 64
+    assert build_config(REQUIRED, config_file="bert_base_msl128.yaml").max_seq_length == 128
+
+
+@pytest.mark.parametrize("given, line", [
+    ("configs/bert_base_msl128.yaml", "--config 'configs/bert_base_msl128.yaml': no such file, and no preset of that "
+     "name; did you mean the preset bert_base_msl128 (--config bert_base_msl128)?"),
+    ("bert_large", "--config 'bert_large': no such file, and no preset of that name; give a YAML file or a preset: "
+     "bert_base_msl128, bert_base_msl512"),
+    ("", "--config '': no such file, and no preset of that name; give a YAML file or a preset: bert_base_msl128, "
+     "bert_base_msl512"),
+])
+def test_an_unknown_config_names_the_presets(tmp_path, monkeypatch, given, line):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        build_config(REQUIRED, config_file=given)
+    assert str(error.value) == line
 
 
 # --- separator escapes -----------------------------------------------------------------------
@@ -257,10 +314,172 @@ def test_config_is_frozen_and_json_able():
     assert set(data) == {f for f in Config.__dataclass_fields__}
 
 
-@pytest.mark.parametrize("flag, value", [
-    ("max_seq_length", 10**9), ("dupe_factor", 10**7), ("num_output_files", 10**9), ("split_num", 10**9),
-    ("num_workers", 10**6), ("buffer_size", 10**12),
+MLM = {"mlm_only": True}
+
+
+@pytest.mark.parametrize("flag, most, extra, why", [
+    ("max_seq_length", 8192, {}, "the longest BERT-family context; each batch of 4,096 rows holds L ids per feature"),
+    ("max_predictions_per_seq", 8192, {"max_seq_length": 8192}, "at most --max_seq_length anyway"),
+    ("dupe_factor", 1000, {}, "each pass writes the whole corpus again; BERT uses 10"),
+    ("num_output_files", 100_000, {}, "the coordinator keeps one open file per shard"),
+    ("split_num", 1 << 20, {}, "a group's list of files is held by one worker"),
+    ("buffer_size", 100_000_000, MLM, "~40 bytes of memory per token in each worker"),
+    ("overlap_size", 8192, MLM, "at most --max_seq_length anyway"),
 ])
-def test_absurd_sizes_are_refused_up_front(flag, value):
-    with pytest.raises(ConfigError, match=f"--{flag} {value} is more than"):
-        build_config(dict(REQUIRED, **{flag: value}))
+def test_absurd_sizes_are_refused_up_front(flag, most, extra, why):
+    """The largest documented value passes the bound; one more, or an absurd one, is refused,
+    naming the flag, the bound and why."""
+    for value in (most + 1, 10**12, 10**400):
+        with pytest.raises(ConfigError) as error:
+            build_config(dict(REQUIRED, **extra, **{flag: value}))
+        shown = str(value) if value < 10**20 else repr(value)[:27] + "..."
+        assert str(error.value) == f"--{flag} {shown} is more than {most:,} ({why})"
+    try:
+        build_config(dict(REQUIRED, **extra, **{flag: most}))
+    except ConfigError as error:  # a cross-field rule may still apply at the bound, never the bound itself
+        assert "is more than" not in str(error)
+
+
+def test_num_workers_at_most_four_per_core(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert most_workers()[0] == 8
+    assert build_config(dict(REQUIRED, num_workers=8)).num_workers == 8
+    with pytest.raises(ConfigError) as error:
+        build_config(dict(REQUIRED, num_workers=9))
+    assert str(error.value) == (
+        "--num_workers 9 is more than 8 (4 per usable core, 2 here; each worker is a process of ~250 MB)"
+    )
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(512)), raising=False)
+    assert most_workers() == (1024, "each worker is a process of ~250 MB")
+
+
+@pytest.mark.parametrize("changes, line", [
+    ({"group_bytes": (1 << 30) + 1}, "--group_bytes 1073741825 must be between 64K and 1G (default 8M): a worker "
+     "holds ~10 times it"),
+    ({"group_bytes": 1000}, "--group_bytes 1000 must be between 64K and 1G (default 8M): a worker holds ~10 times it"),
+    ({"seed": 1 << 64}, "--seed 18446744073709551616 is not a 64-bit integer (between -2^63 and 2^64 - 1)"),
+    ({"seed": -(1 << 63) - 1}, "--seed -9223372036854775809 is not a 64-bit integer (between -2^63 and 2^64 - 1)"),
+    ({"name": "x" * 201}, "--name 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is longer than 200 "
+     "bytes: a shard's file name (NAME-N.tfrecords.partial) must fit in 255"),
+    ({"dupe_factor": -(10**400)}, "--dupe_factor must be at least 1, got -1" + "0" * 25 + "..."),
+])
+def test_other_bounds(changes, line):
+    with pytest.raises(ConfigError) as error:
+        build_config(dict(REQUIRED, **changes))
+    assert str(error.value) == line
+
+
+@pytest.mark.parametrize("changes", [
+    {"group_bytes": 1 << 30}, {"group_bytes": 1 << 16}, {"seed": (1 << 64) - 1}, {"seed": -(1 << 63)},
+    {"name": "x" * 200}, {"dupe_factor": 1000}, {"num_output_files": 100_000},
+])
+def test_bounds_are_inclusive(changes):
+    build_config(dict(REQUIRED, **changes))
+
+
+# --- YAML hostile inputs: one line each, naming the file (more in the list above) ------------------
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n", "~\n"])
+def test_an_empty_yaml_sets_nothing(tmp_path, text):
+    preset = tmp_path / "p.yaml"
+    preset.write_text(text, encoding="utf-8")
+    assert build_config(REQUIRED, config_file=str(preset)) == build_config(REQUIRED)
+
+
+def test_special_files_as_config_are_refused_without_opening_them(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # opening it for reading would block forever: it must never be opened
+    for path in (fifo, tmp_path, "/dev/zero"):
+        with pytest.raises(ConfigError) as error:
+            build_config(REQUIRED, config_file=str(path))
+        assert str(error.value) == (
+            f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file"
+        )
+
+
+def test_an_unreadable_config_is_one_line(tmp_path):
+    import os
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text("seed: 1\n", encoding="utf-8")
+    preset.chmod(0)
+    if os.access(preset, os.R_OK):
+        pytest.skip("running as a user who can read anything")
+    with pytest.raises(ConfigError) as error:
+        build_config(REQUIRED, config_file=str(preset))
+    assert str(error.value) == f"--config {preset}: cannot read it (Permission denied)"
+
+
+def test_bad_separator_escape_is_one_line():
+    with pytest.raises(ConfigError) as error:
+        from_flags("--metadata_files", "m", "--vocab_file", "v", "--multiple_docs_separator", "ab\\x")
+    assert str(error.value) == (
+        "--multiple_docs_separator 'ab\\\\x' has a bad escape (truncated \\xXX escape); write \\n, \\t, "
+        "\\\\ (a backslash) or \\uXXXX"
+    )
+
+
+def test_unknown_override_keys_are_a_config_error():
+    with pytest.raises(ConfigError, match="unknown setting\\(s\\) colour"):
+        build_config(dict(REQUIRED, colour="blue"))
+
+
+# --- --print_config ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("separator", ["\n", "\n\n", "\t==\t", "\n§\n", "\n—DOC—\n", "a\\b", "\\n", "\x00|\x7f"])
+def test_printed_config_reads_back_as_the_same_config(tmp_path, separator):
+    import yaml
+
+    config = config_with(
+        metadata_files=("a.txt", "b c.txt"), multiple_docs_separator=separator, name="x: y", seed=-3,
+        spacy_model="en_core_web_sm", masked_lm_prob=0.2, input_files_prefix="",
+    )
+    text = effective_yaml(config, "--config p.yaml")
+    assert text.startswith("# create_tfrecords effective settings: defaults < --config p.yaml < flags\n")
+    data = yaml.safe_load(text)
+    assert "split_role" not in data and set(data) == set(Config.__dataclass_fields__) - {"split_role"}
+    preset = tmp_path / "printed.yaml"
+    preset.write_text(text, encoding="utf-8")
+    assert build_config({}, config_file=str(preset)) == config
+
+
+def test_print_config_needs_no_inputs_but_checks_everything_else():
+    assert build_config({}, config_file="bert_base_msl512", require_inputs=False).max_seq_length == 512
+    with pytest.raises(ConfigError, match="--metadata_files is required"):
+        build_config({}, config_file="bert_base_msl512")
+    with pytest.raises(ConfigError, match="--max_predictions_per_seq 80 must be at least 1 and smaller than"):
+        build_config({"max_seq_length": 64}, config_file="bert_base_msl512", require_inputs=False)
+
+
+HINT = "(e.g. utf-8, latin-1, cp1252)"
+
+
+@pytest.mark.parametrize("encoding, line", [
+    ("klingon", f"--input_encoding 'klingon' is not a text encoding Python knows {HINT}"),
+    ("base64", "--input_encoding 'base64' is not a text encoding (it turns bytes into bytes, or text into text); "
+     f"give the documents' character encoding {HINT}"),
+    ("zlib", "--input_encoding 'zlib' is not a text encoding (it turns bytes into bytes, or text into text); "
+     f"give the documents' character encoding {HINT}"),
+    ("rot13", "--input_encoding 'rot13' is not a text encoding (it turns bytes into bytes, or text into text); "
+     f"give the documents' character encoding {HINT}"),
+    ("idna", "--input_encoding 'idna' cannot decode documents (it refuses bytes it does not expect instead of "
+     f"replacing them); give the documents' character encoding {HINT}"),
+    ("punycode", "--input_encoding 'punycode' cannot decode documents (it refuses bytes it does not expect instead "
+     f"of replacing them); give the documents' character encoding {HINT}"),
+])
+def test_input_encodings_that_cannot_decode_documents_are_refused(encoding, line):
+    """Python knows codecs that are not character encodings: each was a traceback in every worker."""
+    with pytest.raises(ConfigError) as error:
+        build_config(dict(REQUIRED, input_encoding=encoding))
+    assert str(error.value) == line
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "cp1252", "utf-16", "utf-32", "shift_jis", "utf-8-sig"])
+def test_character_encodings_are_accepted(encoding):
+    assert build_config(dict(REQUIRED, input_encoding=encoding)).input_encoding == encoding

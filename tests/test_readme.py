@@ -36,3 +36,17 @@ def test_quick_start_config_points_at_shipped_files() -> None:
     assert (REPO / config["vocab_file"]).is_file()
     for metadata in config["metadata_files"]:
         assert (REPO / metadata).is_file()
+
+
+def test_every_config_the_readme_names_resolves(monkeypatch) -> None:
+    """A preset named in the README (`--config NAME`, or a path from the repository root) loads."""
+    import os
+
+    from bert_data.config import build_config, resolve_config
+
+    named = set(re.findall(r"--config ([\w./-]+)", _readme())) - {"Y"}  # Y: the flag table's placeholder
+    assert {"configs/sample.yaml", "bert_base_msl128", "bert_base_msl512"} <= named
+    monkeypatch.chdir(REPO)
+    for given in sorted(named):
+        assert os.path.isfile(resolve_config(given)), given
+        build_config({"metadata_files": ["m"], "vocab_file": "v"}, config_file=given)

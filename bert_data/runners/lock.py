@@ -9,6 +9,7 @@ by kill -9, so a stale lock never blocks; the file holds who holds it, for the r
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -34,7 +35,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
         raise OutputError(f"--output_dir {output_dir} cannot be created ({exc.strerror or exc})") from None
     path = os.path.join(output_dir, LOCK_NAME)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -43,6 +44,11 @@ def output_lock(output_dir: str) -> Iterator[None]:
             raise OutputError(
                 f"--output_dir {output_dir} is in use by another run ({holder}); wait for it to finish or "
                 f"use another --output_dir"
+            ) from None
+        except OSError as exc:  # a file system without flock (some network mounts)
+            os.close(fd)
+            raise OutputError(
+                f"--output_dir {output_dir}: cannot lock {path} ({exc.strerror or exc}); use a local --output_dir"
             ) from None
         try:  # the file may have been removed (and made anew) by the holder we waited on
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
@@ -53,14 +59,48 @@ def output_lock(output_dir: str) -> Iterator[None]:
     try:
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S %z")}).encode())
+    except OSError as exc:
+        _release(fd, path)
+        raise OutputError(
+            f"--output_dir {output_dir}: cannot write its lock file {path} ({exc.strerror or exc}); free space there"
+        ) from None
+    try:
         yield
     finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        os.close(fd)  # releases the lock
+        _release(fd, path)
+
+
+def _release(fd: int, path: str) -> None:
+    """Remove the lock file, then close it (which releases the lock): a run that opened the
+    removed file meanwhile sees that it is no longer the one at ``path`` and tries again."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _open_lock_file(path: str) -> int:
+    """The lock file, opened for writing: never through a symbolic link (it would truncate the
+    link's target), never blocking (a FIFO put there), and only a regular file."""
+    import stat
+
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        odd = exc.errno in (errno.ELOOP, errno.EISDIR)
+        raise OutputError(
+            f"--output_dir {os.path.dirname(path)}: cannot open its lock file {path} "
+            f"({'a symbolic link or a directory' if odd else exc.strerror or exc}); remove it (no run uses it then)"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(
+            f"--output_dir {os.path.dirname(path)}: its lock file {path} is not a regular file; remove it"
+        )
+    return fd
 
 
 def _holder(fd: int) -> str:

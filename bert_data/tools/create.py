@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any, Dict, NoReturn, Optional, Sequence
 
-from ..config import COMPRESSIONS, Config, build_config
+from ..config import COMPRESSIONS, Config, build_config, effective_yaml, preset_names
 from ..documents import INPUT_FORMATS
-from ..errors import BertDataError, print_error
+from ..errors import BertDataError, ConfigError, print_error
 from ..progress import RunProgress
 
 PROG = "create_tfrecords"
@@ -38,17 +38,43 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message: str) -> "NoReturn":
-        import difflib
-        import re
-
-        unknown = re.match(r"unrecognized arguments: (\S+)", message)
-        if unknown:
-            flag = unknown.group(1).split("=", 1)[0]
-            known = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-            message = f"unknown flag {flag}" + (f"; did you mean {close[0]}?" if close else "; see --help")
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: error: {_usage_message(self, message)}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _usage_message(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's complaint in our words: the flag first, what is wrong, the fix."""
+    import difflib
+    import re
+
+    unknown = re.match(r"unrecognized arguments: (.+)", message)
+    if unknown:
+        first = _clip(unknown.group(1).split()[0])
+        if not first.startswith("-"):
+            return (f"unexpected argument {first!r}: every input is given by a flag (e.g. --metadata_files "
+                    f"{first}); see --help")
+        flag = first.split("=", 1)[0]
+        known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        return f"unknown flag {flag}" + (f"; did you mean {close[0]}?" if close else "; see --help")
+    argument = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message)
+    if not argument:
+        return message
+    flag, problem = argument.groups()
+    value = re.match(r"invalid (int|integer|float) value: (.*)", problem)
+    if value:
+        kind = "a number" if value.group(1) == "float" else "an integer"
+        return f"{flag}: invalid {value.group(1)} value {_clip(value.group(2))}; give {kind}"
+    if problem.startswith("expected"):
+        return f"{flag} needs a value ({problem}; a value that starts with - is written {flag}=VALUE)"
+    if problem.startswith("ignored explicit argument"):
+        return f"{flag} takes no value ({problem}); write {flag} or --no-{flag[2:]}"
+    return f"{flag}: {problem}"
+
+
+def _clip(text: str, most: int = 60) -> str:
+    """A value echoed in an error, cut to ``most`` characters (the line stays one short line)."""
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(io, "multiple_docs_separator", "separator between documents inside one file (escapes like \\n allowed; default newline)")
     _bool_flag(io, "single_sentence_per_line", "every non-empty input line is one sentence: spaCy is not used")
     _flag(io, "spacy_model", "installed spaCy pipeline for sentence boundaries (default: rule-based sentencizer)")
-    _flag(io, "config", "YAML preset of any of these flags; explicit flags override it")
+    _flag(io, "config", "a preset by name (" + ", ".join(preset_names()) + ") or a YAML file of any of these "
+          "flags; explicit flags override it")
 
     tok = parser.add_argument_group("tokenization")
     _flag(tok, "vocab_file", "WordPiece vocab.txt (required)")
@@ -102,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = parser.add_argument_group("execution")
     _flag(run, "num_workers", "worker processes (default: usable cores)", type=int)
     _flag(run, "log_level", "logging level (DEBUG, INFO, WARNING, ERROR; default INFO)")
+    run.add_argument(
+        "--print_config", action="store_true", default=None,
+        help="print the effective settings (defaults < --config < flags) as YAML, checked, and exit without running",
+    )
     parser.set_defaults(log_level=None)
     _add_input_format_flags(parser)
     _add_objective_flags(parser)
@@ -137,15 +168,72 @@ def _resolve_log_level(name: Optional[str], quiet: bool) -> Optional[int]:
     return level if isinstance(level, int) else None
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    overrides: Dict[str, Any] = {k: v for k, v in vars(args).items() if k not in ("config", "log_level", "quiet")}
-    return build_config(overrides, config_file=args.config)
+_NOT_SETTINGS = ("config", "log_level", "quiet", "print_config")
+
+
+def config_from_args(args: argparse.Namespace, require_inputs: bool = True) -> Config:
+    overrides: Dict[str, Any] = {k: v for k, v in vars(args).items() if k not in _NOT_SETTINGS}
+    return build_config(overrides, config_file=args.config, require_inputs=require_inputs)
+
+
+def _print_config(args: argparse.Namespace) -> int:
+    """--print_config: the merged, checked settings as a YAML preset on stdout; nothing runs."""
+    try:
+        config = config_from_args(args, require_inputs=False)
+    except BertDataError as exc:
+        return print_error(PROG, str(exc), exc.exit_code)
+    source = f"--config {args.config}" if args.config is not None else ""
+    try:
+        sys.stdout.write(effective_yaml(config, source))
+        sys.stdout.flush()
+    except BrokenPipeError:  # | head: the reader has all it wanted
+        _drop_stdout()
+    return 0
+
+
+def _drop_stdout() -> None:
+    """stdout's reader went away (``| head``): send the rest to /dev/null, so that neither this
+    write nor the flush at exit becomes a traceback."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+# File descriptors the coordinator needs besides one per shard: per worker (pipes) and a margin.
+FDS_PER_WORKER, FDS_MARGIN = 4, 64
+
+
+def ensure_open_files(config: Config) -> None:
+    """The local runner keeps every partial shard open: make sure it may open that many files,
+    raising the soft limit (up to the hard one) when needed, instead of failing mid-run."""
+    import resource
+
+    need = config.num_output_files + FDS_PER_WORKER * config.num_workers + FDS_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        target = soft
+    if target < need:
+        raise ConfigError(
+            f"--num_output_files {config.num_output_files} needs about {need} open files, but this process may "
+            f"open only {target} (ulimit -n, hard limit {hard}); raise the limit (ulimit -n {need}) or write fewer shards"
+        )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     argv, pipeline_args = _split_pipeline_args(argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # --help | head
+        _drop_stdout()
+        return 0
+    if args.print_config:
+        return _print_config(args)
     level = _resolve_log_level(args.log_level, bool(args.quiet))
     if level is None:
         return print_error(PROG, f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
@@ -167,6 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             manifests = {"": run_beam(config, pipeline_args)}
         else:
+            ensure_open_files(config)
             with RunProgress(stream=sys.stderr, quiet=bool(args.quiet)) as progress:
                 manifests = run_job(config, on_group=progress.update, on_start=progress.start)
         elapsed = time.perf_counter() - started
