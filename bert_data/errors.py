@@ -49,3 +49,9 @@ def print_error(prog: str, message: str, code: int = 2) -> int:
     """The one line every command prints for a user error, ``prog: error: message``; returns the exit code."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     return code
+
+
+def plural(count: int, word: str, many: str = "") -> str:
+    """``"1 document"``, ``"2 documents"``, ``"1 entry"`` / ``"3 entries"`` (``many`` when the
+    plural is not ``word + "s"``): every tool's messages count things this way."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"

@@ -11,19 +11,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import plural  # noqa: F401  (re-exported: report text uses it)
+
 from ..format.checks import is_masked
 from . import InspectError
 
 __all__ = ["PLOT_INSTALL_HINT", "format_stats", "import_pyplot", "plural", "shard_rows", "write_plot"]
 
 PLOT_INSTALL_HINT = "--plot needs matplotlib: pip install 'bert_data[plot]'"
-
-
-def plural(count: int, word: str, many: Optional[str] = None) -> str:
-    """``"1 document"``, ``"2 documents"``, ``"1 entry"`` / ``"3 entries"`` (``many`` when the
-    plural is not ``word + "s"``). Every tool's messages use it (it would sit better beside
-    :func:`bert_data.errors.print_error`)."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def _text_histogram(hist: np.ndarray, max_rows: int = 16, width: int = 40) -> List[str]:

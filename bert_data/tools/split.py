@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn, Optional, Sequence
 
 from ..errors import BertDataError, OutputError, print_error
-from ..inspection.report import plural
+from ..errors import plural
 from ..metadata import split_metadata_files
 
 PROG = "split_metadata"

@@ -16,7 +16,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from ..errors import BertDataError, OutputError, print_error
-from ..inspection.report import plural
+from ..errors import plural
 from ..vocab_builder import build_vocab, write_vocab
 from .main import terminal_bar
 
