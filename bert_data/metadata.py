@@ -75,7 +75,8 @@ MAX_METADATA_LINE = 1 << 16  # a path per line: a longer line means this is not 
 
 
 def iter_metadata(
-    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_local, digest=None
+    metadata_files: Sequence[str], prefix: str, opener: Callable[[str], BinaryIO] = _open_local, digest=None,
+    on_bytes: Optional[Callable[[int], None]] = None,
 ) -> Iterator[DocumentSource]:
     """Stream the entries of every metadata file, in order.
 
@@ -105,6 +106,8 @@ def iter_metadata(
                     )
                 if digest is not None:
                     digest.update(raw)
+                if on_bytes is not None:
+                    on_bytes(len(raw))
                 if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 try:
@@ -469,8 +472,10 @@ def split_metadata_files(
     fraction: Optional[float] = None,
     count: Optional[int] = None,
     seed: int = 0,
+    on_bytes: Optional[Callable[[int], None]] = None,
 ) -> SplitResult:
-    """Read the metadata files, split, write both outputs; nothing is written on an error."""
+    """Read the metadata files, split, write both outputs; nothing is written on an error.
+    ``on_bytes`` follows the reading (see :func:`iter_metadata`)."""
     if not metadata_files:
         raise ConfigError("--metadata_files is required: give one or more metadata files listing the documents")
     for flag, name in (("--train_name", train_name), ("--validation_name", validation_name)):
@@ -485,7 +490,7 @@ def split_metadata_files(
         if os.path.realpath(path) in inputs:
             raise ConfigError(f"{flag}: {path} is one of the input metadata files; refusing to overwrite it")
 
-    entries = [source.path for source in iter_metadata(metadata_files, "")]
+    entries = [source.path for source in iter_metadata(metadata_files, "", on_bytes=on_bytes)]
     if not entries:
         raise MetadataError(f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)")
     unique, keys, occurrences = _unique(entries)

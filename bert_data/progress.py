@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, List, Mapping, Optional, TextIO
 
-__all__ = ["RunProgress", "format_postfix", "progress_enabled"]
+__all__ = ["RunProgress", "format_postfix", "progress_enabled", "run_summary"]
 
 REFRESH_SECONDS = 0.5  # how often the bar follows the live byte counter
 
@@ -136,3 +136,79 @@ class RunProgress:
         if getattr(self, "_redirect", None) is not None:
             self._redirect.__exit__(None, None, None)
             self._redirect = None
+
+
+def _human_bytes(count: float) -> str:
+    """1,536 -> '1.5 KiB': the unit a person reads a disk figure in."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"  # pragma: no cover - the loop returns
+
+
+def _disk_bytes(directory: str, names: Any) -> Optional[int]:
+    """Bytes of the published shards, or None where they cannot be stat'ed (a URL)."""
+    import os
+
+    if "://" in directory:
+        return None
+    try:
+        return sum(os.path.getsize(os.path.join(directory, name)) for name in names)
+    except OSError:
+        return None
+
+
+def run_summary(manifests: Mapping[str, Any], elapsed: float) -> str:
+    """What a finished run tells its user on stdout, built from the manifests alone (so it says
+    exactly what ``data_params.json`` records): per output (``""``, or ``train``/``validation``)
+    instances, documents, skips, shards, where and how long, then tokens, disk and the manifest's
+    path; last, the commands to check the records and to train on them."""
+    lines: List[str] = []
+    for split, manifest in manifests.items():
+        lines.extend(_output_summary(manifest, elapsed, split))
+    first = next(iter(manifests.values()), None)
+    if first is not None:
+        lines.append(_next_steps(manifests.get("train", first)))
+    return "\n".join(lines)
+
+
+def _output_summary(manifest: Any, elapsed: float, split: str) -> List[str]:
+    from .errors import plural
+
+    documents = manifest["documents"]
+    skipped = documents["skipped"]
+    shards = manifest.get("instances_per_shard", {})
+    directory = str(manifest["output_dir"])
+    head = (
+        (f"{split}: " if split else "")
+        + f"wrote {plural(manifest['n_examples'], 'instance')} from {plural(manifest['n_docs'], 'document')} "
+        f"({documents['read']} read, {sum(skipped.values())} skipped"
+        + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
+        + f") into {plural(len(shards), 'shard')} in {directory} in {elapsed:.1f}s"
+    )
+    facts = [f"{manifest.get('tokens', 0):,} tokens ({manifest.get('unk_rate', 0.0):.2%} [UNK])"]
+    disk = _disk_bytes(directory, shards)
+    if disk is not None:
+        facts.append(f"{_human_bytes(disk)} on disk")
+    input_bytes = manifest.get("input_bytes", 0)
+    rate = f" at {input_bytes / elapsed / 1e6:.2f} MB/s" if elapsed > 0 and not split else ""  # a split run times both
+    facts.append(f"{_human_bytes(input_bytes)} of input read{rate}")
+    return [head, "  " + ", ".join(facts) + f"; settings and counts in {_join(directory, 'data_params.json')}"]
+
+
+def _join(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
+
+
+def _next_steps(manifest: Any) -> str:
+    """The next commands: check the records, then feed them to training."""
+    directory = str(manifest["output_dir"])
+    pattern = _join(directory, f"{manifest.get('name', 'examples')}-*.tfrecords")
+    check = f"inspect_tfrecords {directory} --stats"
+    if manifest.get("record_schema", "nsp") in ("nsp", "sop"):
+        train = (f"run_pretraining.py --input_file='{pattern}' --max_seq_length={manifest['max_seq_length']} "
+                 f"--max_predictions_per_seq={manifest['max_predictions_per_seq']}")
+    else:
+        train = f"bert_data.pretraining_dataset('{directory}', ...) or the Model Zoo's MLM-only BERT input"
+    return f"next: check with `{check}`; train with `{train}`"

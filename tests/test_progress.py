@@ -86,7 +86,9 @@ def test_cli_draws_the_bar_on_a_terminal_stderr_only(
     monkeypatch.setattr(sys, "stderr", fake)
     assert main(base_args(tiny_corpus, tiny_vocab, tmp_path / "out")) == 0
     out = capsys.readouterr().out
-    assert out.startswith("wrote ") and out.count("\n") == 1  # stdout: the summary line only
+    assert out.startswith("wrote ") and out.count("\n") == 3  # stdout: the summary only
+    assert "tokens" in out and "on disk" in out and str(tmp_path / "out" / "data_params.json") in out
+    assert out.splitlines()[-1].startswith("next: check with `inspect_tfrecords ")
     bar = fake.getvalue()
     assert "input" in bar and "instances=" in bar and "B/s" in bar and "groups=3/3" in bar
     assert logging.getLogger("bert_data").level == logging.INFO
@@ -111,3 +113,26 @@ def test_log_level_flag(tmp_path: Path, tiny_corpus: Path, tiny_vocab: Path, cap
     assert logging.getLogger("bert_data").level == logging.DEBUG  # an explicit level beats --quiet
     assert main(base_args(tiny_corpus, tiny_vocab, tmp_path / "b", log_level="loud")) == 2
     assert "--log_level 'loud' is not a logging level" in capsys.readouterr().err
+
+
+def test_run_summary_counts_from_the_manifest(tmp_path: Path) -> None:
+    """The end-of-run summary says what data_params.json records: instances, documents, skips,
+    shards, tokens, disk, where the manifest is and what to run next, in correct plurals."""
+    from bert_data.progress import run_summary
+
+    (tmp_path / "examples-1.tfrecords").write_bytes(b"x" * 2048)
+    manifest = {
+        "n_examples": 1, "n_docs": 1, "documents": {"read": 2, "used": 1, "skipped": {"empty": 1}},
+        "instances_per_shard": {"examples-1.tfrecords": 1}, "output_dir": str(tmp_path), "tokens": 12345,
+        "unk_rate": 0.5, "input_bytes": 4096, "record_schema": "mlm_only", "name": "examples",
+        "max_seq_length": 128, "max_predictions_per_seq": 20,
+    }
+    text = run_summary({"": manifest}, elapsed=2.0)
+    first, facts, following = text.splitlines()
+    assert first == f"wrote 1 instance from 1 document (2 read, 1 skipped: empty 1) into 1 shard in {tmp_path} in 2.0s"
+    assert "12,345 tokens (50.00% [UNK])" in facts and "2.0 KiB on disk" in facts
+    assert "4.0 KiB of input read at 0.00 MB/s" in facts and f"{tmp_path}/data_params.json" in facts
+    assert following.startswith(f"next: check with `inspect_tfrecords {tmp_path} --stats`")
+    assert "pretraining_dataset" in following  # MLM-only records: not run_pretraining.py
+    nsp = dict(manifest, record_schema="nsp")
+    assert f"--input_file='{tmp_path}/examples-*.tfrecords'" in run_summary({"": nsp}, 1.0)

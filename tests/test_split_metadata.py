@@ -303,3 +303,37 @@ def test_no_progress_output_off_a_terminal(tmp_path, capsys):
     code, stdout, stderr = run_split(tmp_path, capsys, "--metadata_files", str(meta), "--validation_count", "5",
                                      "--output_dir", str(tmp_path / "o"))
     assert code == 0 and stderr == "" and len(stdout.splitlines()) == 1
+
+
+def test_progress_bar_follows_metadata_bytes_on_a_terminal(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Over millions of entries the split shows a bar of metadata bytes read (stderr, terminal only)."""
+    import io
+    import sys
+
+    class FakeTTY(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    metadata = tmp_path / "all.txt"
+    metadata.write_text("".join(f"doc{i}.txt\n" for i in range(5000)))
+    import bert_data.tools.split as split_tool
+
+    bars = []
+
+    def recording_bar(*args, **kwargs):
+        bars.append(split_tool.terminal_bar.__wrapped__(*args, **kwargs))
+        return bars[-1]
+
+    recording_bar.__wrapped__ = split_tool.terminal_bar
+    monkeypatch.setattr(split_tool, "terminal_bar", recording_bar)
+    fake = FakeTTY()
+    monkeypatch.setattr(sys, "stderr", fake)
+    code = main(["--metadata_files", str(metadata), "--validation_count", "5", "--output_dir", str(tmp_path / "s")])
+    assert code == 0 and "5 validation" in capsys.readouterr().out
+    assert "reading metadata" in fake.getvalue()
+    assert bars[0].total == bars[0].n == metadata.stat().st_size  # every byte of the metadata counted
+    quiet = FakeTTY()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    assert main(["--metadata_files", str(metadata), "--validation_count", "5", "--output_dir", str(tmp_path / "q"),
+                 "--quiet"]) == 0
+    assert quiet.getvalue() == ""

@@ -16,7 +16,7 @@ from typing import Any, Dict, NoReturn, Optional, Sequence
 from ..config import COMPRESSIONS, Config, build_config, effective_yaml, preset_names
 from ..documents import INPUT_FORMATS
 from ..errors import BertDataError, ConfigError, print_error
-from ..progress import RunProgress
+from ..progress import RunProgress, run_summary
 
 PROG = "create_tfrecords"
 
@@ -77,12 +77,27 @@ def _clip(text: str, most: int = 60) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
+EPILOG = """\
+examples:
+  create_tfrecords --metadata_files meta.txt --input_files_prefix /data/txt --vocab_file vocab.txt \\
+      --do_lower_case --config bert_base_msl128 --output_dir out/msl128 --num_output_files 256
+  create_tfrecords ... --input_format jsonl --validation_fraction 0.01    # JSON Lines, held-out split
+  create_tfrecords ... --resume                                           # after a crash or Ctrl-C
+
+exit codes: 0 done; 2 a user error (one line: what, where, the fix); 3 a worker died (continue with
+--resume); 130 interrupted (continue with --resume); 1 the Beam pipeline failed.
+Check the result with `inspect_tfrecords OUTPUT_DIR --stats`; recipes: docs/recipes.md.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = Config()
     parser = OneLineParser(
         prog=PROG,
         description="Turn raw text documents into BERT pretraining TFRecords (masked LM + next sentence prediction).",
         argument_default=None,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     io = parser.add_argument_group("inputs")
     _flag(io, "metadata_files", "metadata file(s), each listing one document path per line", nargs="+")
@@ -101,14 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     inst = parser.add_argument_group("instances")
     _flag(inst, "max_seq_length", f"tokens per instance incl. [CLS]/[SEP] (default {d.max_seq_length})", type=int)
-    _flag(inst, "dupe_factor", f"passes over the data, each with different masks (default {d.dupe_factor})", type=int)
+    _flag(inst, "dupe_factor", "passes over the data, each with different pairs and masks. Disk grows "
+          "linearly with it: at --max_seq_length 128 each pass writes about 2x the input text in records (dupe 10: "
+          "~20x the text, ~6x with --compression gzip); time less: text is tokenized once, so dupe 10 takes ~2.4x "
+          "the time of dupe 1 (docs/performance.md) "
+          f"(default {d.dupe_factor})", type=int)
     _flag(inst, "short_seq_prob", f"probability of a shorter target length (default {d.short_seq_prob})", type=float)
     _flag(inst, "min_short_seq_length", f"smallest target length for short sequences (default {d.min_short_seq_length})", type=int)
     _flag(inst, "masked_lm_prob", f"fraction of tokens masked (default {d.masked_lm_prob})", type=float)
     _flag(inst, "max_predictions_per_seq", f"masked positions per instance at most (default {d.max_predictions_per_seq})", type=int)
     _bool_flag(inst, "mask_whole_word", f"mask every WordPiece of a word together (default {d.mask_whole_word})")
     _flag(inst, "seed", f"random seed; same seed and input give byte-identical output (default {d.seed})", type=int)
-    _flag(inst, "split_num", f"metadata entries per group at most: the unit of work, memory and NSP negatives (default {d.split_num})", type=int)
+    _flag(inst, "split_num", "documents (metadata entries) per group at most: the unit of work, memory, resume and "
+          "NSP negatives (drawn from the same group). Keep it in the hundreds or more; a corpus should make at least "
+          f"~10 groups per worker (the log says how many), so lower it only for small corpora (default {d.split_num})",
+          type=int)
     _flag(inst, "group_bytes", "a group's text at most, e.g. 8M: bounds a worker's memory; a larger file spans several "
           "groups (default 8M)", type=_byte_size)
     _flag(inst, "max_document_chars", "longer documents are cut into consecutive pieces at line breaks, counted in "
@@ -264,15 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
         return 130
-    for split, manifest in manifests.items():
-        skipped = manifest["documents"]["skipped"]
-        print(
-            (f"{split}: " if split else "")
-            + f"wrote {manifest['n_examples']} instances from {manifest['n_docs']} documents "
-            f"({manifest['documents']['read']} read, {sum(skipped.values())} skipped"
-            + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
-            + f") into {config.num_output_files} shards in {manifest['output_dir']} in {elapsed:.1f}s"
-        )
+    print(run_summary(manifests, elapsed))
     return 0
 
 

@@ -13,6 +13,7 @@ from typing import NoReturn, Optional, Sequence
 from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..metadata import split_metadata_files
+from .main import terminal_bar
 
 PROG = "split_metadata"
 
@@ -72,7 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="hash seed; another seed gives another split (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing output files (default: refuse)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (it is drawn only on a terminal anyway)")
     return parser
+
+
+def _metadata_bytes(paths: Sequence[str]) -> Optional[int]:
+    """The metadata files' total size (the bar's total), or None when one cannot be stat'ed."""
+    try:
+        return sum(os.path.getsize(path) for path in paths)
+    except OSError:
+        return None
 
 
 def _refuse_overwrite(args: argparse.Namespace) -> None:
@@ -89,6 +99,7 @@ def _refuse_overwrite(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    bar = terminal_bar("reading metadata", _metadata_bytes(args.metadata_files), quiet=args.quiet)
     try:
         _refuse_overwrite(args)
         result = split_metadata_files(
@@ -99,9 +110,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             fraction=args.validation_fraction,
             count=args.validation_count,
             seed=args.seed,
+            on_bytes=bar.update if bar is not None else None,
         )
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
+    finally:
+        if bar is not None:
+            bar.close()
     if result.duplicates:
         extra = sum(n - 1 for n in result.duplicates.values())
         shown = sorted(result.duplicates.items(), key=lambda item: (-item[1], item[0]))[:10]
