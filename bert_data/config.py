@@ -462,10 +462,11 @@ def _validate_inputs(config: Config) -> None:
     _check_encoding(config.input_encoding)
     if not isinstance(config.text_key, str) or not config.text_key:
         raise ConfigError(f"--text_key must be a non-empty JSON key, got {_short(config.text_key)}")
-    if config.input_format == "jsonl" and config.multiple_docs_in_single_file:
+    if config.input_format != "text" and config.multiple_docs_in_single_file:
+        unit = "JSON line" if config.input_format == "jsonl" else "<doc> block"
         raise ConfigError(
-            "--multiple_docs_in_single_file does not apply to --input_format jsonl: every JSON line is already "
-            "one document; drop --multiple_docs_in_single_file"
+            f"--multiple_docs_in_single_file does not apply to --input_format {config.input_format}: every {unit} is "
+            "already one document; drop --multiple_docs_in_single_file"
         )
 
 

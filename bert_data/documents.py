@@ -36,7 +36,7 @@ SKIP_UNSUPPORTED_COMPRESSION = "unsupported_compression"  # zstd without the zst
 SKIP_BAD_JSON = "bad_json"  # a JSON Lines line that is not valid JSON
 SKIP_MISSING_TEXT_KEY = "missing_text_key"  # valid JSON, but no string under --text_key
 
-INPUT_FORMATS = ("text", "jsonl")
+INPUT_FORMATS = ("text", "jsonl", "wikiextractor")
 
 _BINARY_SNIFF_BYTES = 8192
 
@@ -287,7 +287,10 @@ class ReadOptions:
     @property
     def line_oriented(self) -> bool:
         """Documents never span a newline (or, one document per file: may be cut at newlines), so
-        a large plain file can be read in byte ranges snapped to line starts."""
+        a large plain file can be read in byte ranges snapped to line starts. (WikiExtractor's
+        ``<doc>`` blocks span lines: its files, ~1 MB each, are streamed whole.)"""
+        if self.input_format == "wikiextractor":
+            return False
         return self.input_format == "jsonl" or self.separator in (None, "\n")
 
 
@@ -410,8 +413,91 @@ class _JsonlConsumer:
         return self.pieces.take(value, True)[0]
 
 
+_DOC_OPEN = re.compile(r'<doc\b[^>]*>\s*$')
+_DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
+
+
+class _WikiExtractorConsumer:
+    """WikiExtractor's output (``<doc id=".." url=".." title="..">`` ... ``</doc>``, the first step
+    of most BERT Wikipedia recipes): one document per block. WikiExtractor repeats the title as the
+    block's first line; that line is dropped when it equals the ``title`` attribute (as NVIDIA's
+    BERT recipe drops it), so a title is not a sentence of its own. Text outside any block is not a
+    document: its non-blank lines are counted (``wikiextractor_lines_outside_doc``); a block left
+    open at the end of a file is a document still."""
+
+    def __init__(self, options: ReadOptions, stats: Counter) -> None:
+        self.stats = stats
+        self.pieces = _Pieces(options.max_document_chars, stats)
+        self.buffer = ""  # an unfinished line
+        self.parts: List[str] = []  # the open block's lines so far (bounded: emitted in pieces)
+        self.length = 0
+        self.limit = options.max_document_chars
+        self.title: Optional[str] = None
+        self.open = False
+        self.first_line = False
+
+    def feed(self, text: str, final: bool = False) -> List[str]:
+        lines = (self.buffer + text).split("\n")
+        self.buffer = "" if final else lines.pop()
+        out: List[str] = []
+        for line in lines:
+            self._line(line, out)
+        if len(self.buffer) > self.limit:  # a line longer than a piece: never held whole
+            if self.open:
+                self.first_line = False
+                self._append(self.buffer, out)
+            else:
+                self.stats["wikiextractor_lines_outside_doc"] += 1
+            self.buffer = ""
+        if final and self.open:
+            self._close(out)
+        return out
+
+    def _close(self, out: List[str]) -> None:
+        out.extend(self.pieces.take("".join(self.parts), True)[0])
+        self.parts, self.length, self.open = [], 0, False
+
+    def _append(self, line: str, out: List[str]) -> None:
+        self.parts.append(line)
+        self.length += len(line)
+        if self.length > self.limit:  # emit the full pieces, keep the rest (joined once per piece, not per line)
+            pieces, rest = self.pieces.take("".join(self.parts), False)
+            out.extend(pieces)
+            self.parts, self.length = [rest], len(rest)
+
+    def _line(self, line: str, out: List[str]) -> None:
+        bare = line.strip()
+        if _DOC_OPEN.match(bare):
+            if self.open:  # a block never closed: it ends where the next begins
+                self._close(out)
+            title = _DOC_TITLE.search(bare)
+            self.title = title.group(1).strip() if title else None
+            self.open, self.first_line = True, True
+        elif bare == "</doc>" and self.open:
+            self._close(out)
+        elif self.open:
+            if self.first_line and bare:
+                self.first_line = False
+                if self.title is not None and bare == _unescape(self.title):
+                    return
+            self._append(line + "\n", out)
+        elif bare:
+            self.stats["wikiextractor_lines_outside_doc"] += 1
+
+
+def _unescape(title: str) -> str:
+    """The title attribute as text (WikiExtractor escapes &, <, > and quotes in it)."""
+    import html
+
+    return html.unescape(title)
+
+
 def _consumer(options: ReadOptions, stats: Counter):
-    return _JsonlConsumer(options, stats) if options.input_format == "jsonl" else _TextConsumer(options, stats)
+    if options.input_format == "jsonl":
+        return _JsonlConsumer(options, stats)
+    if options.input_format == "wikiextractor":
+        return _WikiExtractorConsumer(options, stats)
+    return _TextConsumer(options, stats)
 
 
 # --- the streaming reader --------------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_nothing_usable_is_an_error_and_publishes_nothing(tmp_path, capsys) -> N
     assert main(base_args(metadata, vocab, out)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "create_tfrecords: error: no usable document: all 3 document(s) read were skipped (binary 1, empty 2); "
+        "create_tfrecords: error: no usable document: 3 documents read, all skipped (binary 1, empty 2); "
         "nothing was published"
     ]
     assert not list(out.glob("*.tfrecords")) and not (out / ".bert_data_work").exists()

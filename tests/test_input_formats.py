@@ -229,3 +229,67 @@ def test_input_format_flags_are_validated(tmp_path: Path, tiny_corpus: Path, tin
     with pytest.raises(SystemExit) as exc:
         main(base_args(tiny_corpus, tiny_vocab, out, input_format="xml"))
     assert exc.value.code == 2
+
+
+# --- WikiExtractor <doc> blocks ---------------------------------------------------------------
+
+
+def wikiextractor_file(texts: List[str], titles: List[str]) -> str:
+    """WikiExtractor's layout: a <doc> tag, the title repeated on the first line, a blank line, the text."""
+    blocks = [f'<doc id="{i}" url="https://en.wikipedia.org/wiki?curid={i}" title="{t}">\n{t.replace("&amp;", "&")}\n\n'
+              f"{text}</doc>\n" for i, (t, text) in enumerate(zip(titles, texts))]
+    return "".join(blocks)
+
+
+def test_wikiextractor_blocks_match_text_files(tmp_path: Path, tiny_vocab: Path) -> None:
+    """12 documents as 12 text files or as <doc> blocks of two WikiExtractor files: same records;
+    the repeated title line is not part of the document, text outside blocks is counted."""
+    metadata = write_corpus(tmp_path / "text", n_docs=12)
+    texts = [(metadata.parent / rel).read_text() for rel in metadata.read_text().split()]
+    assert main(base_args(metadata, tiny_vocab, tmp_path / "out_text", split_num=100)) == 0
+
+    wiki = tmp_path / "wiki" / "AA"
+    wiki.mkdir(parents=True)
+    titles = [f"Title number {i} &amp; more" for i in range(12)]
+    (wiki / "wiki_00").write_text("stray header line\n" + wikiextractor_file(texts[:5], titles[:5]))
+    (wiki / "wiki_01").write_text(wikiextractor_file(texts[5:], titles[5:]))
+    (tmp_path / "wiki" / "metadata.txt").write_text("AA/wiki_00\nAA/wiki_01\n")
+    args = base_args(tmp_path / "wiki" / "metadata.txt", tiny_vocab, tmp_path / "out_wiki", split_num=100,
+                     input_format="wikiextractor")
+    manifest, _ = run_collecting(args)
+    assert shard_bytes(tmp_path / "out_wiki") == shard_bytes(tmp_path / "out_text")
+    assert manifest["documents"] == {"read": 12, "used": 12, "skipped": {}}
+    assert manifest["wikiextractor_lines_outside_doc"] == 1
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_wikiextractor_consumer_is_chunk_invariant(chunk: int) -> None:
+    """Streaming in any chunk size gives the same documents: an unclosed block ends at the next
+    <doc> or at the end of the file; a title line that differs from the attribute is kept; long
+    documents come out in pieces of at most max_document_chars."""
+    text = (
+        '<doc id="1" title="A">\nA\n\nFirst doc.\n</doc>\n'
+        '<doc id="2" title="B">\nNot the title.\nSecond.\n'  # never closed
+        '<doc id="3" title="C">\nC\n' + "long line of words " * 200 + "\n</doc>\n"
+        "trailing junk\n"
+        '<doc id="4" title="D">\nD\nLast, unclosed'
+    )
+    stats: Counter = Counter()
+    consumer = documents._consumer(documents.ReadOptions(input_format="wikiextractor", max_document_chars=1000), stats)
+    out: List[str] = []
+    for start in range(0, len(text), chunk):
+        out.extend(consumer.feed(text[start:start + chunk]))
+    out.extend(consumer.feed("", final=True))
+    assert out[0] == "\nFirst doc.\n" and out[1] == "Not the title.\nSecond.\n"
+    assert all(len(piece) <= 1000 for piece in out[2:-1]) and "".join(out[2:-1]) == "long line of words " * 200 + "\n"
+    assert out[-1] == "Last, unclosed\n" and stats["wikiextractor_lines_outside_doc"] == 1
+    assert stats["documents_split.documents"] == 1
+
+
+def test_wikiextractor_on_plain_text_is_one_line(tmp_path: Path, tiny_corpus: Path, tiny_vocab: Path, capsys) -> None:
+    """Plain text given as WikiExtractor output is not silently dropped: no block means no document,
+    and the one-line error says what to pass instead; nothing is published."""
+    code = main(base_args(tiny_corpus, tiny_vocab, tmp_path / "out", input_format="wikiextractor"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "no <doc ...> block found" in err[0] and "--input_format text" in err[0]
+    assert not list((tmp_path / "out").glob("*.tfrecords"))

@@ -122,6 +122,8 @@ def _objective_fields(settings: Mapping[str, Any], stats: Counter) -> Dict[str, 
         out["sop_single_segment_chunks"] = stats["sop_single_segment_chunks"]
     if settings["mlm_only"]:
         out["windows_spanning_documents"] = stats["windows_spanning_documents"]
+    if settings.get("input_format") == "wikiextractor":  # text outside <doc> blocks is not read as documents
+        out["wikiextractor_lines_outside_doc"] = stats["wikiextractor_lines_outside_doc"]
     return out
 
 

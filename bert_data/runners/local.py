@@ -21,7 +21,7 @@ from collections import Counter, deque
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import Config, output_settings
-from ..errors import BertDataError, OutputError
+from ..errors import BertDataError, OutputError, plural
 from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest, load_manifest
 from ..group import GroupResult, Resources, build_resources, group_plan, process_group
 from ..metadata import (
@@ -488,11 +488,15 @@ def _nothing_usable(stats: Counter) -> str:
     skipped = {k.split(".", 1)[1]: v for k, v in sorted(stats.items()) if k.startswith("skipped.") and v}
     reasons = ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
     read, used = stats["documents.read"], stats["documents.used"]
+    if not read and stats["wikiextractor_lines_outside_doc"]:
+        return (f"no <doc ...> block found: {stats['wikiextractor_lines_outside_doc']} non-blank line(s) were outside any "
+                f"(--input_format wikiextractor reads WikiExtractor's output); for plain text pass --input_format text; "
+                f"nothing was published")
     if not used:
-        return f"no usable document: all {read} document(s) read were skipped ({reasons}); nothing was published"
+        return f"no usable document: {plural(read, 'document')} read, all skipped ({reasons}); nothing was published"
     unpaired = stats["nsp_negatives_unavailable"] + stats["sop_single_segment_chunks"]
     return (
-        f"no instance could be made from the {used} usable document(s) ({unpaired} one-sentence chunk(s) had no "
+        f"no instance could be made from the {plural(used, 'usable document')} ({plural(unpaired, 'one-sentence chunk')} had no "
         f"partner; skipped: {reasons}); give more or longer documents per group (--split_num); nothing was published"
     )
 
@@ -523,6 +527,12 @@ def quality_warnings(stats: Counter, manifest: Dict) -> List[str]:
         out.append(
             f"{manifest['unk_rate']:.1%} of all tokens are [UNK] (more than {UNK_WARNING_RATE:.0%}): check that "
             f"--vocab_file fits the corpus and that --do_lower_case matches it (uncased vocabularies need it)"
+        )
+    outside = manifest.get("wikiextractor_lines_outside_doc", 0)
+    if outside:
+        out.append(
+            f"{outside} non-blank line(s) outside <doc ...> ... </doc> blocks were not read (counted as "
+            f"wikiextractor_lines_outside_doc): are all listed files WikiExtractor output? Plain text needs --input_format text"
         )
     empty = [name for name, count in manifest.get("instances_per_shard", {}).items() if count == 0]
     if empty:
