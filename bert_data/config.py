@@ -289,7 +289,7 @@ def build_config(
     values.update({k: v for k, v in overrides.items() if v is not None})
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
-        raise ConfigError(f"unknown setting(s) {', '.join(unknown)}")
+        raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
     values = {k: _coerce(k, v) for k, v in values.items()}
     config = (base or Config()).replace(**values)
     validate(config, require_inputs=require_inputs)

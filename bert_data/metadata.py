@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from .errors import ConfigError, MetadataError, OutputError
+from .errors import ConfigError, MetadataError, OutputError, plural
 from .storage import is_remote
 
 log = logging.getLogger("bert_data")
@@ -303,7 +303,7 @@ def scan_metadata(
                 if on_group is not None:
                     on_group(group_index, items)
     if counts["duplicates"]:
-        log.warning("%d duplicate document path(s) in the metadata; each is processed again", counts["duplicates"])
+        log.warning("%s in the metadata; each is processed again", plural(counts["duplicates"], "duplicate document path"))
     if counts["entries"] == 0:
         raise MetadataError(
             empty_hint or f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)"
@@ -382,7 +382,7 @@ def _check_sizes(n_docs: int, fraction: Optional[float], count: Optional[int]) -
             raise ConfigError(f"--validation_count {count} leaves the validation set empty: it must be at least 1")
         if count >= n_docs:
             raise ConfigError(
-                f"--validation_count {count} leaves no training documents: there are only {n_docs} document(s); "
+                f"--validation_count {count} leaves no training documents: there are only {plural(n_docs, 'document')}; "
                 f"use at most {n_docs - 1}"
             )
 
@@ -428,12 +428,12 @@ def assign_split(
     validation = [p for p, v in zip(unique, in_validation) if v]
     if not validation:
         raise ConfigError(
-            f"--validation_fraction {fraction} puts none of the {len(unique)} document(s) in validation; "
+            f"--validation_fraction {fraction} puts none of the {plural(len(unique), 'document')} in validation; "
             "use a larger fraction or --validation_count"
         )
     if not train:
         raise ConfigError(
-            f"--validation_fraction {fraction} puts all {len(unique)} document(s) in validation; "
+            f"--validation_fraction {fraction} puts all {plural(len(unique), 'document')} in validation; "
             "use a smaller fraction or --validation_count"
         )
     return train, validation

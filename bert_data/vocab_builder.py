@@ -38,7 +38,7 @@ from typing import Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from .errors import ConfigError, OutputError, VocabError
+from .errors import ConfigError, OutputError, VocabError, plural
 from .tokenization import SPECIAL_TOKENS
 
 PREFIX = "##"
@@ -283,7 +283,7 @@ def _train(
     # vocab.txt has one token per line and readers strip each line: no token may hold whitespace.
     bad = [t for t in tokens if t != t.strip() or not t or any(ch.isspace() for ch in t)]
     if bad:
-        log.warning("dropping %d token(s) that contain whitespace: %r", len(bad), bad[:5])
+        log.warning("dropping %s that contain whitespace: %r", plural(len(bad), "token"), bad[:5])
         tokens = [t for t in tokens if t not in set(bad)]
     return tokens
 

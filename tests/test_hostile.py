@@ -158,7 +158,7 @@ def test_paths_with_spaces_and_non_ascii_and_duplicates(tmp_path, caplog) -> Non
     assert main(base_args(metadata, vocab, tmp_path / "out2")) == 0
     manifest = json.loads((tmp_path / "out2" / "data_params.json").read_text())
     assert manifest["duplicate_metadata_entries"] == 1
-    assert "1 duplicate document path(s)" in caplog.text
+    assert "1 duplicate document path in" in caplog.text
 
 
 def test_missing_document_names_metadata_line(tmp_path, capsys) -> None:

@@ -312,7 +312,7 @@ def test_manifest_count_mismatches(tmp_path, vocab, capsys):
     assert report["bad_records"] == 0
     problems = "\n".join(report["manifest_problems"])
     assert "instances_per_shard says examples-1.tfrecords holds 3 records, it holds 2" in problems
-    assert "n_examples is 5, the 2 shard(s) hold 3 records" in problems
+    assert "n_examples is 5, the 2 shards hold 3 records" in problems
     assert "n_examples is 5 but instances_per_shard sums to 4" in problems
     assert "MISMATCH:" in out_text
 

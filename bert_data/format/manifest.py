@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import __version__
-from ..errors import RecordFormatError
+from ..errors import RecordFormatError, plural
 from .checks import is_masked, layout_names, layout_specs
 from .records import natural_key
 from .schema import SCHEMAS, feature_length, objective_schema, schema_description, schema_from_names
@@ -375,7 +375,7 @@ def _check_counts(manifest: Manifest, observed: ObservedShards, check: ManifestC
     if not missing and n_examples is not None:
         total = sum(counts[b] for b in inspected)
         if total != n_examples:
-            bad.append(f"n_examples is {n_examples}, the {len(inspected)} shard(s) hold {total} records")
+            bad.append(f"n_examples is {n_examples}, the {plural(len(inspected), 'shard')} hold {total} records")
         check.report["n_examples_checked"] = True
     else:
         check.report["n_examples_checked"] = False

@@ -33,7 +33,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..errors import ConfigError, RecordFormatError
+from ..errors import ConfigError, RecordFormatError, plural
 from ..format.manifest import Manifest, load_manifest, manifest_layout, manifest_separator
 from ..format.records import natural_key, tfrecord_compression
 from ..format.schema import SCHEMAS, tf_feature_spec
@@ -357,7 +357,7 @@ def pretraining_dataset(
     compressions = _compressions(files, options.compression)
     if not files[shard_index::num_shards]:  # what Dataset.shard keeps
         raise ConfigError(
-            f"shard {shard_index} of {num_shards} gets no file: only {len(files)} file(s) match {file_pattern!r}; "
+            f"shard {shard_index} of {num_shards} gets no file: only {plural(len(files), 'file')} match {file_pattern!r}; "
             "write at least as many shards (--num_output_files) as input pipelines"
         )
 

@@ -489,7 +489,7 @@ def _nothing_usable(stats: Counter) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
     read, used = stats["documents.read"], stats["documents.used"]
     if not read and stats["wikiextractor_lines_outside_doc"]:
-        return (f"no <doc ...> block found: {stats['wikiextractor_lines_outside_doc']} non-blank line(s) were outside any "
+        return (f"no <doc ...> block found: {plural(stats['wikiextractor_lines_outside_doc'], 'non-blank line')} outside any "
                 f"(--input_format wikiextractor reads WikiExtractor's output); for plain text pass --input_format text; "
                 f"nothing was published")
     if not used:
@@ -520,7 +520,7 @@ def quality_warnings(stats: Counter, manifest: Dict) -> List[str]:
                        key=lambda kv: -kv[1])[:3]
         files = ", ".join(f"{path} ({n})" for path, n in worst)
         out.append(
-            f"{replaced} byte(s) that are not valid {manifest.get('input_encoding', 'utf-8')} were replaced with U+FFFD "
+            f"{plural(replaced, 'byte')} that are not valid {manifest.get('input_encoding', 'utf-8')} were replaced with U+FFFD "
             f"(worst: {files}); if the corpus is in another encoding pass --input_encoding (e.g. latin-1, cp1252)"
         )
     if manifest.get("unk_rate", 0.0) > UNK_WARNING_RATE:
@@ -531,7 +531,7 @@ def quality_warnings(stats: Counter, manifest: Dict) -> List[str]:
     outside = manifest.get("wikiextractor_lines_outside_doc", 0)
     if outside:
         out.append(
-            f"{outside} non-blank line(s) outside <doc ...> ... </doc> blocks were not read (counted as "
+            f"{plural(outside, 'non-blank line')} outside <doc ...> ... </doc> blocks were not read (counted as "
             f"wikiextractor_lines_outside_doc): are all listed files WikiExtractor output? Plain text needs --input_format text"
         )
     empty = [name for name, count in manifest.get("instances_per_shard", {}).items() if count == 0]
