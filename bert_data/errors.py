@@ -4,7 +4,7 @@
 Exit codes of the tools (documented in the README): 0 done; 1 ``inspect_tfrecords`` found a bad
 record, or a Beam pipeline failed; 2 a user error (:class:`BertDataError`: input, flags, config,
 output directory, resume); 3 a worker process died (resumable); 130 interrupted (Ctrl-C,
-resumable)."""
+resumable); 143 terminated (SIGTERM: preemption, a scheduler's time limit; resumable)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,22 @@ class ResumeError(BertDataError):
 
 class RecordFormatError(BertDataError):
     """A TFRecord file is corrupt or does not match the expected schema."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (preemption, ``kill``, a batch scheduler's time limit) raised in the main thread:
+    the run stops as on Ctrl-C (workers stopped, nothing published, resumable), and the tool
+    says so and exits 143 instead of vanishing without a word."""
+
+
+def raise_on_sigterm() -> None:
+    """From now on SIGTERM raises :class:`Terminated` in the main thread (command-line tools only)."""
+    import signal
+
+    def _terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, _terminated)
 
 
 def print_error(prog: str, message: str, code: int = 2) -> int:

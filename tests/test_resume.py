@@ -122,7 +122,27 @@ def test_write_error_is_one_line_and_resumable(corpus, tmp_path: Path) -> None:
     _assert_same_output(out, corpus["reference"])
 
 
-def test_ctrl_c_stops_promptly_with_130_and_resumes(tmp_path: Path) -> None:
+def _children(pid: int) -> List[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] in "ZX"  # a zombie counts as gone
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("sig, code, line", [
+    (signal.SIGINT, 130, "interrupted; continue later with --resume"),
+    (signal.SIGTERM, 143, "terminated (SIGTERM); continue later with --resume"),  # preemption, a scheduler's limit
+])
+def test_ctrl_c_or_sigterm_stops_promptly_and_resumes(tmp_path: Path, sig: int, code: int, line: str) -> None:
+    """A signal to the coordinator alone stops the run with one line and its exit code, its
+    workers with it, publishes nothing, and --resume completes it byte-identically."""
     metadata = write_corpus(tmp_path / "corpus", n_docs=60)
     vocab = write_vocab(tmp_path / "vocab.txt")
     reference = tmp_path / "reference"
@@ -138,11 +158,16 @@ def test_ctrl_c_stops_promptly_with_130_and_resumes(tmp_path: Path) -> None:
     while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert process.poll() is None, "run finished before it could be interrupted"
-    process.send_signal(signal.SIGINT)
+    workers = _children(process.pid)
+    process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130
-    assert "interrupted; continue later with --resume" in stderr
+    assert process.returncode == code, stderr
+    assert stderr.strip().splitlines()[-1] == f"create_tfrecords: {line} (same flags)"
     assert "Traceback" not in stderr
+    deadline = time.monotonic() + 10
+    while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers and all(_gone(w) for w in workers), "worker processes outlived the coordinator"
     assert not _looks_complete(out)
     resumed = _cli(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr

@@ -149,13 +149,13 @@ def run_groups(
 
 
 def _submit(pool, group_index: int, items, work_dir: str):
-    """``pool.submit`` with Ctrl-C held back: the first submits start worker processes, and a
+    """``pool.submit`` with Ctrl-C (and SIGTERM) held back: the first submits start worker processes, and a
     start cut short leaves a half-started worker that prints a traceback on its way out."""
     import signal
 
     if not hasattr(signal, "pthread_sigmask"):
         return pool.submit(_process_in_worker, group_index, items, work_dir)
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         return pool.submit(_process_in_worker, group_index, items, work_dir)
     finally:

@@ -15,7 +15,7 @@ from typing import Any, Dict, NoReturn, Optional, Sequence
 
 from ..config import COMPRESSIONS, Config, build_config, effective_yaml, preset_names
 from ..documents import INPUT_FORMATS
-from ..errors import BertDataError, ConfigError, print_error
+from ..errors import BertDataError, ConfigError, Terminated, print_error, raise_on_sigterm
 from ..progress import RunProgress, run_summary
 
 PROG = "create_tfrecords"
@@ -266,6 +266,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError, not a kill
+    raise_on_sigterm()
     try:
         config = config_from_args(args)
         from ..runners.local import run_job
@@ -284,7 +285,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print(f"{PROG}: terminated (SIGTERM); continue later with --resume (same flags)", file=sys.stderr)
+            return 143
         print(f"{PROG}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
         return 130
     print(run_summary(manifests, elapsed))
