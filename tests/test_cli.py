@@ -551,3 +551,24 @@ def test_more_shards_than_open_files_is_refused_up_front_or_the_limit_raised(tmp
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, preexec_fn=_limit_open_files(100, hard))
     assert done.returncode == 0, done.stderr  # the soft limit is raised as far as needed
     assert len(manifest_of(out)["instances_per_shard"]) == 200
+
+
+def test_the_open_file_check_guards_library_runs_too(tmp_path, tiny_corpus, tiny_vocab):
+    """run_job called from Python (no command line) refuses too many shards for the open-file
+    limit up front, instead of failing part way with EMFILE."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from bert_data.config import build_config\n"
+        "from bert_data.errors import ConfigError\n"
+        "from bert_data.runners.local import run_job\n"
+        f"config = build_config(dict(metadata_files=[{str(tiny_corpus)!r}], input_files_prefix={str(tiny_corpus.parent)!r},"
+        f" vocab_file={str(tiny_vocab)!r}, output_dir={str(tmp_path / 'out')!r}, num_output_files=200, num_workers=1))\n"
+        "try:\n    run_job(config)\nexcept ConfigError as exc:\n    print(exc)\n    sys.exit(2)\n"
+    )
+    refused = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                             preexec_fn=_limit_open_files(100, 100))
+    assert refused.returncode == 2, refused.stderr
+    assert "--num_output_files 200 needs about 268 open files" in refused.stdout and not (tmp_path / "out").exists()

@@ -257,6 +257,7 @@ def test_disk_space_estimate_warns(tmp_path) -> None:
     ("progress.json", lambda t: t[: len(t) // 2], "not valid JSON"),
     ("progress.json", lambda t: "[1, 2]", "not a JSON object"),
     ("progress.json", lambda t: t.replace('"next_group": 1', '"next_group": "one"'), "next_group is 'one'"),
+    ("progress.json", lambda t: t.replace('"next_group": 1', '"next_group": 99'), "next_group is 99, but this run plans only 3 groups"),
     ("progress.json", lambda t: json.dumps(dict(json.loads(t), shard_bytes=[0])), "shard_bytes is not 3 non-negative"),
     ("run.json", lambda t: t[:10], "not valid JSON"),
 ])

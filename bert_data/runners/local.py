@@ -21,7 +21,7 @@ from collections import Counter, deque
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import Config, output_settings
-from ..errors import BertDataError, OutputError, plural
+from ..errors import BertDataError, OutputError, ResumeError, plural
 from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest, load_manifest
 from ..group import GroupResult, Resources, build_resources, group_plan, process_group
 from ..metadata import (
@@ -36,7 +36,7 @@ from ..metadata import (
 from ..storage import write_json_atomically
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
 from .lock import output_lock
-from .startup import StartupInfo, disk_space_warning, input_fingerprints, startup_checks
+from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
 
 log = logging.getLogger("bert_data")
 
@@ -259,7 +259,6 @@ INPUT_CHANGES = {
 
 def _check_same_inputs(config: Config, inputs: Dict[str, str]) -> None:
     """--resume refuses, naming what changed, when the inputs differ from the interrupted run's."""
-    from ..errors import ResumeError
 
     for where in (os.path.join(config.output_dir, WORK_DIR_NAME, RUN_FILE), os.path.join(config.output_dir, MANIFEST_NAME)):
         try:
@@ -292,7 +291,6 @@ def _prepare(config: Config, inputs: Dict[str, str]):
         assembler = ShardAssembler(
             config.output_dir, work_dir, config.name, config.num_output_files, resume_from=state
         )
-        log.info("resuming %s at group %d", config.output_dir, state["next_group"])
         return work_dir, assembler, state["next_group"], Counter(state["stats"])
     work_dir = prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
     write_json_atomically(os.path.join(work_dir, RUN_FILE), settings)
@@ -384,6 +382,7 @@ def run(
     last. A killed run is continued with ``--resume`` to byte-identical output.
     """
     vocab = (startup or startup_checks(config)).vocab
+    ensure_open_files(config)  # every partial shard is an open file of the coordinator
     with tempfile.TemporaryDirectory(prefix="bert_data_plan_") as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
         summary = _plan(config, spool_path)
@@ -441,6 +440,15 @@ def _run_planned(
         log.info("%s is already complete: nothing to resume", config.output_dir)
         return load_manifest(config.output_dir).data
     work_dir, assembler, first_group, stats = prepared
+    if first_group > summary.groups:  # same inputs and settings plan the same groups: the journal is damaged
+        assembler.close()
+        raise ResumeError(
+            f"--resume: {os.path.join(work_dir, 'progress.json')} is damaged (next_group is {first_group}, but this run "
+            f"plans only {plural(summary.groups, 'group')}); start over with --overwrite (the interrupted run cannot be "
+            f"continued)"
+        )
+    if config.resume:
+        log.info("resuming %s at group %d", config.output_dir, first_group)
     bytes_read.value = stats["input_bytes"]  # what the groups journaled before a resume had read
     try:
         # Each attempt writes fragments into a directory of its own: anything an earlier,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Dict
 
 from ..config import Config
+from ..errors import ConfigError
 from ..group import document_separator_id
 
 log = logging.getLogger("bert_data")
@@ -153,3 +154,28 @@ def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, st
         "tokenizers": version("tokenizers"),
         "bert_data_version": __version__,
     }
+
+
+# File descriptors the coordinator needs besides one per shard: per worker (pipes) and a margin.
+FDS_PER_WORKER, FDS_MARGIN = 4, 64
+
+
+def ensure_open_files(config: Config) -> None:
+    """The local runner keeps every partial shard open: make sure it may open that many files,
+    raising the soft limit (up to the hard one) when needed, instead of failing mid-run."""
+    import resource
+
+    need = config.num_output_files + FDS_PER_WORKER * config.num_workers + FDS_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        target = soft
+    if target < need:
+        raise ConfigError(
+            f"--num_output_files {config.num_output_files} needs about {need} open files, but this process may "
+            f"open only {target} (ulimit -n, hard limit {hard}); raise the limit (ulimit -n {need}) or write fewer shards"
+        )

@@ -15,7 +15,7 @@ from typing import Any, Dict, NoReturn, Optional, Sequence
 
 from ..config import COMPRESSIONS, Config, build_config, effective_yaml, preset_names
 from ..documents import INPUT_FORMATS
-from ..errors import BertDataError, ConfigError, Terminated, print_error, raise_on_sigterm
+from ..errors import BertDataError, Terminated, print_error, raise_on_sigterm
 from ..progress import RunProgress, run_summary
 
 PROG = "create_tfrecords"
@@ -222,31 +222,6 @@ def _drop_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-# File descriptors the coordinator needs besides one per shard: per worker (pipes) and a margin.
-FDS_PER_WORKER, FDS_MARGIN = 4, 64
-
-
-def ensure_open_files(config: Config) -> None:
-    """The local runner keeps every partial shard open: make sure it may open that many files,
-    raising the soft limit (up to the hard one) when needed, instead of failing mid-run."""
-    import resource
-
-    need = config.num_output_files + FDS_PER_WORKER * config.num_workers + FDS_MARGIN
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return
-    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):
-        target = soft
-    if target < need:
-        raise ConfigError(
-            f"--num_output_files {config.num_output_files} needs about {need} open files, but this process may "
-            f"open only {target} (ulimit -n, hard limit {hard}); raise the limit (ulimit -n {need}) or write fewer shards"
-        )
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     argv, pipeline_args = _split_pipeline_args(argv)
@@ -279,7 +254,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             manifests = {"": run_beam(config, pipeline_args)}
         else:
-            ensure_open_files(config)
             with RunProgress(stream=sys.stderr, quiet=bool(args.quiet)) as progress:
                 manifests = run_job(config, on_group=progress.update, on_start=progress.start)
         elapsed = time.perf_counter() - started
