@@ -512,12 +512,32 @@ def _encoding_of(head: bytes, input_format: str, declared: str = "utf-8") -> Opt
     if head.startswith(codecs.BOM_UTF16_LE) or head.startswith(codecs.BOM_UTF16_BE):
         return "utf-16"
     sniff = head[:_BINARY_SNIFF_BYTES]
+    wide = _wide_encoding(declared, sniff)
+    if wide is not None:  # --input_encoding utf-16/utf-32 without a BOM: NUL bytes are text there
+        return wide
     if input_format == "jsonl":
         newline = sniff.find(b"\n")
         sniff = sniff if newline < 0 else sniff[:newline]
     if b"\x00" in sniff:
         return None
     return "utf-8-sig" if codecs.lookup(declared).name == "utf-8" else declared
+
+
+def _wide_encoding(declared: str, sniff: bytes) -> Optional[str]:
+    """For a declared UTF-16/UTF-32 file without a byte-order mark, the codec with its byte
+    order: the declared one when it names it (``utf-16-le``), else guessed from where the NUL
+    bytes of ASCII-range characters fall (Python's own guess would be this machine's order,
+    and the file's order does not depend on the machine that reads it). None for other encodings."""
+    name = codecs.lookup(declared).name
+    if not name.startswith(("utf-16", "utf-32")):
+        return None
+    if name.endswith(("-le", "-be")):
+        return name
+    unit = 2 if name.startswith("utf-16") else 4
+    usable = len(sniff) - len(sniff) % unit
+    nul_first = sum(1 for i in range(0, usable, unit) if sniff[i] == 0)  # big-endian ASCII: 00 41
+    nul_last = sum(1 for i in range(unit - 1, usable, unit) if sniff[i] == 0)  # little-endian: 41 00
+    return f"{name}-be" if nul_first > nul_last else f"{name}-le"
 
 
 class _Decoder:

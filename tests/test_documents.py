@@ -190,3 +190,25 @@ def test_unreadable_document_raises_metadata_error(tmp_path, monkeypatch):
     with pytest.raises(MetadataError, match="meta.txt:1") as info:
         read_source(source(path), None)
     assert "Permission denied" in str(info.value)
+
+
+@pytest.mark.parametrize("declared, order", [
+    ("utf-16", "le"), ("utf-16", "be"), ("utf-32", "le"), ("utf-32", "be"), ("utf_16", "be"),
+    ("utf-16-le", "le"), ("utf-16-be", "be"),
+])
+def test_declared_utf16_32_without_bom_is_text_in_its_own_byte_order(tmp_path, declared, order):
+    """--input_encoding utf-16/utf-32 on files without a BOM: NUL bytes are text there, not
+    binary, and the byte order is the file's (a name with -le/-be is obeyed as given)."""
+    from collections import Counter
+
+    from bert_data.documents import ReadOptions, iter_documents
+    from bert_data.metadata import WorkItem
+
+    family = "utf-32" if declared.startswith("utf-32") else "utf-16"
+    text = "Hello there. Ünïcödé 你好.\n\nSecond paragraph.\n"
+    path = tmp_path / "doc.txt"
+    path.write_bytes(text.encode(f"{family}-{order}"))
+    stats: Counter = Counter()
+    documents = list(iter_documents([WorkItem(source(path))], ReadOptions(encoding=declared), stats))
+    assert documents == [text] and stats["replaced_bytes"] == 0
+    assert stats[f"decoded_as.{family}-{order}"] == 1 and not stats["skipped.binary"]
