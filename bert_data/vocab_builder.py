@@ -34,12 +34,15 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from .errors import ConfigError, OutputError, VocabError, plural
 from .tokenization import SPECIAL_TOKENS
+
+if TYPE_CHECKING:  # the reader is imported when a corpus is read (keeps this module light)
+    from .documents import ReadOptions
 
 PREFIX = "##"
 _BATCH_CHARS = 1 << 20
@@ -83,34 +86,44 @@ def _components(do_lower_case: bool):
 
 
 class _Corpus:
-    """Re-iterable stream of the paragraphs of every document listed in the metadata files."""
+    """Re-iterable stream of the paragraphs of every document listed in the metadata files, read
+    as ``create_tfrecords`` reads them (``options``: the input format, its text key and the
+    encoding), streamed: a JSON Lines dump is its documents' text, never its JSON syntax."""
 
-    def __init__(self, metadata_files: Sequence[str], prefix: str, progress: Optional[VocabProgress] = None) -> None:
+    def __init__(self, metadata_files: Sequence[str], prefix: str, progress: Optional[VocabProgress] = None,
+                 options: Optional["ReadOptions"] = None) -> None:
+        from .documents import ReadOptions
+
         self.metadata_files = list(metadata_files)
         self.prefix = prefix
         self.progress = progress
+        self.options = options or ReadOptions()
         self.documents = 0
         self.skipped = 0
         self.paragraphs = 0
 
     def __iter__(self) -> Iterator[str]:
-        from .documents import read_source
-        from .metadata import iter_metadata
+        from collections import Counter
+
+        from .documents import iter_documents
+        from .metadata import WorkItem, iter_metadata
         from .sentences import split_paragraphs
 
         self.documents = self.skipped = self.paragraphs = 0
         for source in iter_metadata(self.metadata_files, self.prefix):
-            result = read_source(source, None)
-            if self.progress is not None:
-                self.progress.advance(result.input_bytes)
-            if result.skip_reason:
-                self.skipped += 1
-                continue
-            self.documents += 1
-            for document in result.documents:
+            stats: Counter = Counter()
+            for document in iter_documents([WorkItem(source)], self.options, stats):
+                if not document.strip():
+                    stats["skipped.empty"] += 1  # as create_tfrecords counts it
+                    continue
                 for paragraph in split_paragraphs(document):
                     self.paragraphs += 1
                     yield paragraph
+            if self.progress is not None:
+                self.progress.advance(stats["input_bytes"])
+            skipped = sum(v for k, v in stats.items() if k.startswith("skipped."))
+            self.skipped += skipped
+            self.documents += stats["documents.read"] - skipped
 
 
 class _CharClasses:
@@ -187,11 +200,13 @@ def build_vocab(
     min_frequency: int = 2,
     limit_alphabet: int = 1000,
     progress: Optional[VocabProgress] = None,
+    options: Optional["ReadOptions"] = None,
 ) -> VocabResult:
-    # Seven parameters: the command's flags, one each, plus where progress goes.
+    # Eight parameters: the command's flags, one each, plus where progress goes and how files are read.
     """Train a WordPiece vocabulary; returns its tokens (id = index) and corpus counts.
 
-    ``do_lower_case`` must be what ``create_tfrecords`` will be given with this vocabulary."""
+    ``do_lower_case`` must be what ``create_tfrecords`` will be given with this vocabulary, and
+    ``options`` (input format, text key, encoding) how it will read the documents."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(f"--vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
     if min_frequency < 1:
@@ -202,7 +217,7 @@ def build_vocab(
 
     summary = scan_metadata(metadata_files, input_files_prefix)  # fail fast on missing documents
     normalizer, pre_tokenizer = _components(do_lower_case)
-    corpus = _Corpus(metadata_files, input_files_prefix, progress)
+    corpus = _Corpus(metadata_files, input_files_prefix, progress, options)
 
     _start(progress, "pass 1/2: characters", summary.total_bytes)
     counts, inside, total = count_characters(corpus, normalizer, pre_tokenizer)

@@ -197,3 +197,31 @@ def test_progress_bar_only_on_a_terminal(tmp_path, tiny_corpus, capsys, monkeypa
         if not expect_bar:
             assert shown == ""
     assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
+
+
+def test_jsonl_and_wikiextractor_corpora_give_the_vocab_of_their_text(tmp_path, tiny_corpus, capsys):
+    """A JSON Lines dump (or WikiExtractor output) is read as create_tfrecords reads it: the vocab
+    is the one of the documents' text, byte for byte, never of the JSON syntax around it."""
+    import json
+
+    texts = [(tiny_corpus.parent / rel).read_text() for rel in tiny_corpus.read_text().split()]
+    code, _, err = build(capsys, tiny_corpus, tmp_path / "from_text.txt")
+    assert code == 0, err
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "part.jsonl").write_text("".join(json.dumps({"body": t, "url": "http://x"}) + "\n" for t in texts))
+    (dump / "metadata.txt").write_text("part.jsonl\n")
+    code, out, err = build(capsys, dump / "metadata.txt", tmp_path / "from_jsonl.txt", "--input_format", "jsonl",
+                           "--text_key", "body")
+    assert code == 0, err
+    assert (tmp_path / "from_jsonl.txt").read_bytes() == (tmp_path / "from_text.txt").read_bytes()
+    assert f"from {len(texts)} documents (0 skipped)" in out
+    wiki = tmp_path / "wiki"
+    wiki.mkdir()
+    (wiki / "wiki_00").write_text("".join(f'<doc id="{i}" title="T{i}">\nT{i}\n{t}</doc>\n' for i, t in enumerate(texts)))
+    (wiki / "metadata.txt").write_text("wiki_00\n")
+    code, _, err = build(capsys, wiki / "metadata.txt", tmp_path / "from_wiki.txt", "--input_format", "wikiextractor")
+    assert code == 0, err
+    assert (tmp_path / "from_wiki.txt").read_bytes() == (tmp_path / "from_text.txt").read_bytes()
+    code, _, err = build(capsys, dump / "metadata.txt", tmp_path / "bad.txt", "--input_format", "jsonl", "--text_key", "")
+    assert code == 2 and err.strip().splitlines() == [err.strip()] and "--text_key" in err

@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..vocab_builder import build_vocab, write_vocab
+from ..documents import INPUT_FORMATS, ReadOptions
 from .main import terminal_bar
 
 PROG = "build_vocab"
@@ -61,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="lower-case and strip accents, for an uncased vocabulary (default: off, cased, as in create_tfrecords; "
         "the vocabulary and create_tfrecords must use the same --do_lower_case)",
     )
+    parser.add_argument(
+        "--input_format", default="text", choices=INPUT_FORMATS,
+        help="how the listed files hold documents, as in create_tfrecords (default text: a file is a document; "
+        "jsonl: a JSON line is one, its text under --text_key; wikiextractor: a <doc> block is one)",
+    )
+    parser.add_argument("--text_key", default="text", help="jsonl: the key holding a document's text (default text)")
+    parser.add_argument("--input_encoding", default="utf-8", help="the documents' encoding when not UTF-8 (default utf-8)")
     parser.add_argument("--min_frequency", type=int, default=2, help="least count of a pair to be merged (default 2)")
     parser.add_argument("--limit_alphabet", type=int, default=1000, help="most characters kept in the alphabet (default 1000)")
     parser.add_argument("--log_level", default="WARNING", help="logging level (default WARNING)")
@@ -93,6 +101,15 @@ class _Bar:
             self.bar = None
 
 
+def _read_options(args: argparse.Namespace) -> ReadOptions:
+    """How documents are read, checked by the same rules as create_tfrecords' flags."""
+    from ..config import build_config
+
+    config = build_config({"input_format": args.input_format, "text_key": args.text_key,
+                           "input_encoding": args.input_encoding}, require_inputs=False)
+    return ReadOptions(input_format=config.input_format, text_key=config.text_key, encoding=config.input_encoding)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
@@ -102,11 +119,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise OutputError(f"--output {args.output} is a directory")
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
             raise OutputError(f"--output {args.output}: its directory does not exist")
+        options = _read_options(args)
         bar = _Bar(args.quiet)
         try:
             result = build_vocab(
                 args.metadata_files, args.input_files_prefix, args.vocab_size, args.do_lower_case,
-                args.min_frequency, args.limit_alphabet, progress=bar,
+                args.min_frequency, args.limit_alphabet, progress=bar, options=options,
             )
         finally:
             bar.finish()
