@@ -36,7 +36,7 @@ SKIP_UNSUPPORTED_COMPRESSION = "unsupported_compression"  # zstd without the zst
 SKIP_BAD_JSON = "bad_json"  # a JSON Lines line that is not valid JSON
 SKIP_MISSING_TEXT_KEY = "missing_text_key"  # valid JSON, but no string under --text_key
 
-INPUT_FORMATS = ("text", "jsonl")
+INPUT_FORMATS = ("text", "jsonl", "bert")
 
 _BINARY_SNIFF_BYTES = 8192
 
@@ -288,6 +288,8 @@ class ReadOptions:
     def line_oriented(self) -> bool:
         """Documents never span a newline (or, one document per file: may be cut at newlines), so
         a large plain file can be read in byte ranges snapped to line starts."""
+        if self.input_format == "bert":  # a range could start inside a document: such files are read whole
+            return False
         return self.input_format == "jsonl" or self.separator in (None, "\n")
 
 
@@ -410,7 +412,53 @@ class _JsonlConsumer:
         return self.pieces.take(value, True)[0]
 
 
+# Characters that str.splitlines() breaks a line at, besides "\n", that BERT's tokenizer drops
+# (control characters) or reads as a space ("\r"): removed inside a line of the "bert" format, so
+# that a line stays one sentence with the same tokens (U+2028/U+2029 are kept: BERT keeps them).
+_IN_LINE_BREAKS = {ord("\r"): " ", **{c: None for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85)}}
+
+
+class _BertConsumer:
+    """google-research/bert's corpus layout (``--input_format bert``): one sentence per line,
+    documents separated by blank lines, a line being blank when ``line.strip()`` is empty (so
+    whitespace-only and CRLF blank lines separate documents, as in BERT). Runs of blank lines
+    make no empty documents. A document ends at the end of its file (BERT lets it run on into
+    the next file). Streamed: only the current line and document are held, and a document longer
+    than ``max_document_chars`` is emitted in pieces cut at line ends.
+
+    Each document is its stripped lines joined by ``\n``, so that the sentence stage (which
+    takes every line as a sentence in this format) sees BERT's sentences."""
+
+    def __init__(self, options: ReadOptions, stats: Counter) -> None:
+        self.pieces = _Pieces(options.max_document_chars, stats)
+        self.line = ""  # the unfinished last line
+        self.document = ""  # the lines of the current document so far
+
+    def feed(self, text: str, final: bool = False) -> List[str]:
+        lines = (self.line + text).split("\n")
+        self.line = "" if final else lines.pop()
+        out: List[str] = []
+        for line in lines:
+            line = line.strip()
+            if line:
+                self.document += line.translate(_IN_LINE_BREAKS) + "\n"
+                pieces, self.document = self.pieces.take(self.document, False)
+                out.extend(pieces)
+            elif self.document or self.pieces.cut:
+                out.extend(self._end_document())
+        if final and (self.document or self.pieces.cut):
+            out.extend(self._end_document())
+        return out
+
+    def _end_document(self) -> List[str]:
+        pieces = [piece for piece in self.pieces.take(self.document, True)[0] if piece]
+        self.document = ""
+        return pieces
+
+
 def _consumer(options: ReadOptions, stats: Counter):
+    if options.input_format == "bert":
+        return _BertConsumer(options, stats)
     return _JsonlConsumer(options, stats) if options.input_format == "jsonl" else _TextConsumer(options, stats)
 
 

@@ -146,7 +146,8 @@ def _add_input_format_flags(parser: argparse.ArgumentParser) -> None:
     _flag(
         fmt,
         "input_format",
-        f"'text': each file is a document; 'jsonl': each JSON line is one (default {d.input_format}); "
+        f"'text': each file is a document; 'jsonl': each JSON line is one; 'bert': google-research/bert's layout, one "
+        f"sentence per line, blank lines between documents (default {d.input_format}); "
         "files may be .gz/.bz2/.xz compressed (.zst with the zstandard module)",
         choices=INPUT_FORMATS,
     )
