@@ -34,7 +34,7 @@ def test_help_lists_every_command_on_one_line(capsys):
     for name, (_, tool, _) in COMMANDS.items():
         mine = [line for line in lines if line.startswith(f"  {name} ")]
         assert len(mine) == 1 and tool in mine[0]
-    assert set(COMMANDS) == {"create", "inspect", "split", "vocab"}
+    assert set(COMMANDS) == {"create", "google", "inspect", "split", "vocab"}
     assert run(capsys, "-h")[1] == out
 
 
