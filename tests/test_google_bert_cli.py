@@ -399,3 +399,12 @@ def test_create_tfrecords_reads_the_bert_layout(tmp_path, capsys, layout):
     assert code == 0, capsys.readouterr().err
     manifest = json.loads((tmp_path / "ct" / "data_params.json").read_text(encoding="utf-8"))
     assert manifest["n_docs"] == 19 and manifest["documents"]["read"] == 19
+
+
+def test_every_flag_is_in_the_migration_guide():
+    from bert_data.tools.google_bert import FLAGS
+
+    guide = (REPO / "docs" / "migrating.md").read_text(encoding="utf-8")
+    assert [name for name in FLAGS if f"| `--{name}`" not in guide and f"| `--{name} /" not in guide] == []
+    assert "## From google-research/bert `create_pretraining_data.py`" in guide
+    assert "## From the Cerebras Model Zoo" in guide

@@ -46,7 +46,7 @@ def test_no_command_is_a_usage_error(capsys):
 @pytest.mark.parametrize(
     "typed, suggestion",
     [("inspekt", "did you mean 'inspect'?"), ("splitt", "did you mean 'split'?"), ("build_vocabs", "did you mean 'vocab'?"),
-     ("frobnicate", "commands: create, inspect, split, vocab")],
+     ("frobnicate", "commands: create, google, inspect, split, vocab")],
 )
 def test_unknown_command_is_one_line(capsys, typed, suggestion):
     code, out, err = run(capsys, typed, "--stats")
