@@ -408,3 +408,57 @@ def test_every_flag_is_in_the_migration_guide():
     assert [name for name in FLAGS if f"| `--{name}`" not in guide and f"| `--{name} /" not in guide] == []
     assert "## From google-research/bert `create_pretraining_data.py`" in guide
     assert "## From the Cerebras Model Zoo" in guide
+
+
+def test_byte_ranges_read_the_same_documents(tmp_path, monkeypatch):
+    """A file in BERT's layout read in byte ranges of any size gives the documents of the whole
+    file, in order, each once; every byte, document and replaced byte is counted once. Blank lines
+    of every kind, CRLF, a BOM, CJK and multi-byte whitespace at range and chunk edges, undecodable
+    bytes and documents cut into pieces are all in the draws."""
+    from collections import Counter
+
+    import bert_data.documents as documents
+    from bert_data.metadata import DocumentSource, WorkItem
+
+    def read(path, options, ranges):
+        stats = Counter()
+        items = [WorkItem(DocumentSource(str(path), "m", 1), start, end) for start, end in ranges]
+        return list(documents.iter_documents(items, options, stats)), stats
+
+    rng = random.Random(16)
+    lines = ["", " ", "\t\r", "\u3000", "hello world", "caf\u00e9 na\u00efve", "\u4e2d\u6587", "x" * 30, "a\u3000b"]
+    path = tmp_path / "bert.txt"
+    for _ in range(25):
+        text = "".join(rng.choice(lines) + rng.choice(["\n", "\r\n"]) for _ in range(rng.randint(0, 30)))
+        raw = (b"\xef\xbb\xbf" if rng.random() < 0.2 else b"") + (text + rng.choice(lines)).encode("utf-8")
+        raw += b"bad \xff\xfe\n" if rng.random() < 0.3 else b""
+        path.write_bytes(raw)
+        options = documents.ReadOptions(input_format="bert", max_document_chars=rng.choice([15, 1 << 20]))
+        expected, whole = read(path, options, [(0, None)])
+        for back_chunk in (4, 5):
+            monkeypatch.setattr(documents, "_BACK_CHUNK", back_chunk)
+            for step in range(1, 20):
+                got, stats = read(path, options, [(s, min(len(raw), s + step)) for s in range(0, len(raw), step)])
+                assert got == expected, (raw, step)
+                assert stats == whole, (raw, step)
+
+
+def test_large_bert_file_is_ranged_and_worker_count_free(tmp_path, capsys):
+    from bert_data.tools.create import main as create
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    n_docs = bert_file(tmp_path / "big.txt", 1500, blank="\n \n")  # ~260 KB: 4+ ranges of 64K
+    assert (tmp_path / "big.txt").stat().st_size > 3 * 65536
+    (tmp_path / "metadata.txt").write_text("big.txt\n", encoding="utf-8")
+    outputs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}"
+        code = create(["--metadata_files", str(tmp_path / "metadata.txt"), "--input_files_prefix", str(tmp_path),
+                       "--vocab_file", str(vocab), "--input_format", "bert", "--group_bytes", "64K", "--dupe_factor",
+                       "1", "--output_dir", str(out), "--num_workers", workers, "--quiet", "--num_output_files", "2"])
+        assert code == 0, capsys.readouterr().err
+        manifest = json.loads((out / "data_params.json").read_text(encoding="utf-8"))
+        assert manifest["n_docs"] == manifest["documents"]["read"] == n_docs
+        assert manifest["input_bytes"] == (tmp_path / "big.txt").stat().st_size and manifest["groups"] >= 4
+        outputs.append([(out / f"examples-{i}.tfrecords").read_bytes() for i in (1, 2)])
+    assert outputs[0] == outputs[1]
