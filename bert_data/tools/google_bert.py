@@ -59,7 +59,13 @@ EXTRA_FLAGS = (
     Flag("quiet", "bool", False, "bert_data: no progress bar; log level WARNING unless --log_level is given."),
     Flag("log_level", "string", None, "bert_data: logging level (DEBUG, INFO, WARNING, ERROR; default INFO)."),
 )
-FLAGS: Dict[str, Flag] = {f.name: f for f in BERT_FLAGS + EXTRA_FLAGS}
+# absl's logging flags that BERT command lines carry (tf.app.run): accepted, and nothing to do
+# (logs always go to stderr here).
+ABSL_FLAGS = (
+    Flag("logtostderr", "bool", False, "absl: accepted for compatibility; logs always go to stderr."),
+    Flag("alsologtostderr", "bool", False, "absl: accepted for compatibility; logs always go to stderr."),
+)
+FLAGS: Dict[str, Flag] = {f.name: f for f in BERT_FLAGS + EXTRA_FLAGS + ABSL_FLAGS}
 REQUIRED = ("input_file", "output_file", "vocab_file")
 HELP_NAMES = ("help", "helpshort", "helpfull", "h", "?")
 _TRUE, _FALSE = ("true", "t", "1"), ("false", "f", "0")  # absl's boolean spellings, any case
@@ -85,7 +91,7 @@ def usage() -> str:
         "",
         "flags of create_pretraining_data.py:",
     ]
-    for group, flags in (("", BERT_FLAGS), ("bert_data extras:", EXTRA_FLAGS)):
+    for group, flags in (("", BERT_FLAGS), ("bert_data extras:", EXTRA_FLAGS), ("absl:", ABSL_FLAGS)):
         if group:
             lines += ["", group]
         for f in flags:
