@@ -243,6 +243,7 @@ def test_help_lists_berts_flags_with_their_help(capsys):
         (["--dupe_factor"], "--dupe_factor needs a value"),
         (["stray"], "unexpected argument 'stray'"),
         (["--flagfile=missing.flags"], "--flagfile missing.flags cannot be read"),
+        (["--flagfile=."], "--flagfile . is not a regular file"),
         (["--output_file=o", "--vocab_file=v"], "--input_file is required"),
     ],
 )

@@ -70,6 +70,7 @@ REQUIRED = ("input_file", "output_file", "vocab_file")
 HELP_NAMES = ("help", "helpshort", "helpfull", "h", "?")
 _TRUE, _FALSE = ("true", "t", "1"), ("false", "f", "0")  # absl's boolean spellings, any case
 MAX_FLAGFILE_DEPTH = 32
+MAX_FLAGFILE_BYTES = 1 << 20
 
 # Our setting names in messages of the shared pipeline, as BERT's flags.
 _OUR_NAMES = (
@@ -123,11 +124,20 @@ def expand_flagfiles(args: Sequence[str], stack: Tuple[str, ...] = ()) -> List[s
 
 def _flagfile_lines(path: str, stack: Tuple[str, ...]) -> List[str]:
     real = os.path.realpath(path)
-    if real in stack or len(stack) >= MAX_FLAGFILE_DEPTH:
+    if real in stack:
         raise UsageError(f"--flagfile {path} includes itself (through {' -> '.join(stack)}); remove the loop")
+    if len(stack) >= MAX_FLAGFILE_DEPTH:
+        raise UsageError(f"--flagfile {path}: flag files nested more than {MAX_FLAGFILE_DEPTH} deep")
+    import stat
+
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block, a directory cannot be read
+            raise UsageError(f"--flagfile {path} is not a regular file; give a file of flags, one per line")
+        if info.st_size > MAX_FLAGFILE_BYTES:
+            raise UsageError(f"--flagfile {path} is {info.st_size} bytes, more than a flag file can be; is it a flag file?")
         with open(path, encoding="utf-8") as handle:
-            raw = handle.read(1 << 20)
+            raw = handle.read(MAX_FLAGFILE_BYTES + 1)
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or "not UTF-8 text"
         raise UsageError(f"--flagfile {path} cannot be read ({reason})") from None
@@ -282,7 +292,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
     if values.get("help"):
-        print(usage())
+        try:
+            print(usage())
+            sys.stdout.flush()
+        except BrokenPipeError:  # --help | head
+            from .create import _drop_stdout
+
+            _drop_stdout()
         return 0
     level = _log_level(values)
     if level is None:
