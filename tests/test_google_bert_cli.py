@@ -19,6 +19,7 @@ from bert_data.format.records import iter_records
 from bert_data.tools.google_bert import main, parse_flags, usage
 
 from conftest import REPO, sentence, shared_file, write_vocab
+from test_parity import column_stats
 
 PROG = "create_pretraining_data"
 
@@ -121,18 +122,7 @@ def parsed_stats(files: List[Path], msl: int, max_pred: int, mask_id: int) -> Di
             example = tf.io.parse_single_example(payload, spec)
             for name in spec:
                 rows[name].append(example[name].numpy())
-    c = {name: np.stack(values) for name, values in rows.items()}
-    real = c["input_mask"].sum(axis=1)
-    used = c["masked_lm_weights"] > 0
-    shown = np.take_along_axis(c["input_ids"], c["masked_lm_positions"], axis=1)[used]
-    return {
-        "instances": len(real),
-        "mean_real_len": float(real.mean()),
-        "frac_full_len": float((real == msl).mean()),
-        "mean_masked": float(used.sum(axis=1).mean()),
-        "mask_frac_MASK": float((shown == mask_id).mean()),
-        "nsp_random_frac": float(c["next_sentence_labels"].mean()),
-    }
+    return column_stats({name: np.stack(values) for name, values in rows.items()}, msl, mask_id)
 
 
 def test_bert_readme_command_runs_unchanged(tmp_path, capsys, monkeypatch):
@@ -172,6 +162,8 @@ def test_bert_readme_command_runs_unchanged(tmp_path, capsys, monkeypatch):
     assert got["frac_full_len"] == pytest.approx(expected["frac_full_len"], abs=0.04)
     assert got["nsp_random_frac"] == pytest.approx(expected["nsp_random_frac"], abs=0.03)
     assert got["mask_frac_MASK"] == pytest.approx(0.8, abs=0.02)
+    assert got["mask_frac_kept"] == pytest.approx(0.1, abs=0.02)
+    assert got["mask_frac_random"] == pytest.approx(0.1, abs=0.02)
 
 
 # --- absl syntax -------------------------------------------------------------------------
