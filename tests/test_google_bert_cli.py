@@ -370,7 +370,7 @@ def _cli(args: List[str], cwd: Path, env: Dict[str, str] | None = None) -> subpr
                           text=True, env=environment, timeout=300, cwd=cwd)
 
 
-@pytest.mark.parametrize("crash_at", ["checkpointed:0", "published:0"])
+@pytest.mark.parametrize("crash_at", ["checkpointed:0", "published:0", "moved:0"])
 def test_resume_after_a_kill_gives_the_same_files(tmp_path, layout, crash_at):
     common = ["--input_file=corpus/*.txt", f"--vocab_file={layout['vocab']}", "--dupe_factor=2", "--quiet"]
     reference = [tmp_path / "ref" / "r-0", tmp_path / "ref" / "r-1"]
@@ -379,7 +379,8 @@ def test_resume_after_a_kill_gives_the_same_files(tmp_path, layout, crash_at):
     args = [*common, "--output_file=" + ",".join(map(str, outputs)), "--num_workers=1"]
     killed = _cli(args, tmp_path, env={"BERT_DATA_CRASH_AT": crash_at})
     assert killed.returncode == -signal.SIGKILL
-    assert not any(p.exists() for p in outputs)  # nothing published
+    assert [p.exists() for p in outputs] == [crash_at == "moved:0", False]  # nothing, or the first file only
+    assert not (tmp_path / "run" / ".r-0.data_params.json").exists()  # the manifest comes last
     resumed = _cli([*args, "--resume"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert [p.read_bytes() for p in outputs] == [p.read_bytes() for p in reference]

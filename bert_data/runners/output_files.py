@@ -158,10 +158,13 @@ def run_to_output_files(
         raise ResumeError(f"--resume: no interrupted run for {outputs[0]} (nothing to continue); run without --resume")
     manifest = run_job(config)[""]
     _remove(beside)  # an older manifest must not describe the files being replaced
-    for shard, target in zip(shard_file_names(config.name, len(outputs)), outputs):
+    from .local import _crash_point
+
+    for index, (shard, target) in enumerate(zip(shard_file_names(config.name, len(outputs)), outputs)):
         source = os.path.join(staging, shard)
         if os.path.lexists(source):
             _move(source, target)
+            _crash_point("moved", index)  # test hook: killed between two output files
         elif not os.path.isfile(target):  # moved by a publish that was killed after it: fine
             raise OutputError(f"{source} is missing: the run's output was removed; run again without --resume")
     published = dict(manifest, output_dir=os.path.dirname(outputs[0]), **(extra_manifest or {}))
