@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BertDataError, ConfigError, plural, print_error
+from .create import _clip
 
 PROG = "create_pretraining_data"
 
@@ -231,10 +232,6 @@ def _unknown(name: str) -> str:
     return f"unknown flag --{_clip(name)}" + (f"; did you mean --{close[0]}?" if close else f"; see {PROG} --help")
 
 
-def _clip(text: str, most: int = 60) -> str:
-    return text if len(text) <= most else text[: most - 3] + "..."
-
-
 def _in_bert_terms(message: str) -> str:
     for ours, theirs in _OUR_NAMES:
         message = re.sub(ours, theirs, message)
@@ -245,7 +242,7 @@ def build_run(values: Dict[str, Any]):
     """(Config for the staging run, output files, input files) from the parsed flags."""
     from ..config import build_config
     from ..runners.output_files import (
-        INPUT_LIST_NAME, check_output_files, expand_input_patterns, staging_dir, write_input_list,
+        INPUT_LIST_NAME, SHARD_NAME, check_output_files, expand_input_patterns, staging_dir, write_input_list,
     )
 
     for name in REQUIRED:
@@ -267,7 +264,7 @@ def build_run(values: Dict[str, Any]):
         "short_seq_prob": values["short_seq_prob"],
         "output_dir": staging,
         "num_output_files": len(outputs),
-        "name": "examples",
+        "name": SHARD_NAME,
         "resume": values["resume"],
         "overwrite": not values["resume"],
         "num_workers": values["num_workers"],
