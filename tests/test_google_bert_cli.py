@@ -390,6 +390,17 @@ def test_resume_after_a_kill_gives_the_same_files(tmp_path, layout, crash_at):
     assert changed.returncode == 2 and "other settings (seed)" in changed.stderr
 
 
+def test_resume_refuses_when_the_globs_match_other_files(tmp_path, layout):
+    args = ["--input_file=corpus/*.txt", f"--vocab_file={layout['vocab']}", f"--output_file={tmp_path}/o/x",
+            "--num_workers=1", "--quiet"]
+    assert _cli(args, tmp_path, env={"BERT_DATA_CRASH_AT": "checkpointed:0"}).returncode == -signal.SIGKILL
+    bert_file(layout["corpus"] / "c.txt", 3, 300)
+    refused = _cli([*args, "--resume"], tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "--input_file matches other files" in refused.stderr and "a rerun without --resume" in refused.stderr
+    assert "--overwrite" not in refused.stderr
+
+
 def test_resume_without_a_run_is_one_line(capsys, layout):
     err = one_line_error(capsys, "--input_file=corpus/a.txt", f"--output_file={layout['out']}/z",
                          f"--vocab_file={layout['vocab']}", "--resume")

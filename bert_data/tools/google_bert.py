@@ -80,6 +80,8 @@ _OUR_NAMES = (
     (r"--metadata_files\b", "--input_file"),
     (r"--num_output_files\b", "the number of --output_file entries"),
     (r"--output_dir\b", "the work directory"),
+    (r"--overwrite\b", "a rerun without --resume"),
+    (r"the metadata files' content changed", "--input_file matches other files"),
 )
 
 
