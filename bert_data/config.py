@@ -81,6 +81,12 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def lines_are_sentences(self) -> bool:
+        """Every non-empty line is one sentence (spaCy is not used): ``--single_sentence_per_line``,
+        or ``--input_format bert``, whose layout is one sentence per line by definition."""
+        return self.single_sentence_per_line or self.input_format == "bert"
+
 
 FIELD_NAMES = tuple(f.name for f in fields(Config))
 
@@ -462,6 +468,12 @@ def _validate_inputs(config: Config) -> None:
     _check_encoding(config.input_encoding)
     if not isinstance(config.text_key, str) or not config.text_key:
         raise ConfigError(f"--text_key must be a non-empty JSON key, got {_short(config.text_key)}")
+    if config.input_format == "bert" and (config.multiple_docs_in_single_file or config.spacy_model):
+        flag = "--multiple_docs_in_single_file" if config.multiple_docs_in_single_file else "--spacy_model"
+        raise ConfigError(
+            f"{flag} does not apply to --input_format bert: its documents are separated by blank lines and its "
+            f"lines are the sentences; drop {flag}"
+        )
     if config.input_format != "text" and config.multiple_docs_in_single_file:
         unit = "JSON line" if config.input_format == "jsonl" else "<doc> block"
         raise ConfigError(

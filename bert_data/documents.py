@@ -36,7 +36,7 @@ SKIP_UNSUPPORTED_COMPRESSION = "unsupported_compression"  # zstd without the zst
 SKIP_BAD_JSON = "bad_json"  # a JSON Lines line that is not valid JSON
 SKIP_MISSING_TEXT_KEY = "missing_text_key"  # valid JSON, but no string under --text_key
 
-INPUT_FORMATS = ("text", "jsonl", "wikiextractor")
+INPUT_FORMATS = ("text", "jsonl", "wikiextractor", "bert")
 
 _BINARY_SNIFF_BYTES = 8192
 
@@ -289,9 +289,7 @@ class ReadOptions:
         """Documents never span a newline (or, one document per file: may be cut at newlines), so
         a large plain file can be read in byte ranges snapped to line starts. (WikiExtractor's
         ``<doc>`` blocks span lines: its files, ~1 MB each, are streamed whole.)"""
-        if self.input_format == "wikiextractor":
-            return False
-        return self.input_format == "jsonl" or self.separator in (None, "\n")
+        return self.input_format == "jsonl" or (self.input_format == "text" and self.separator in (None, "\n"))
 
 
 # --- cutting long documents ------------------------------------------------------------------
@@ -492,11 +490,79 @@ def _unescape(title: str) -> str:
     return html.unescape(title)
 
 
+# Characters that str.splitlines() breaks a line at, besides "\n", that BERT's tokenizer drops
+# (control characters) or reads as a space ("\r"): removed inside a line of the "bert" format, so
+# that a line stays one sentence with the same tokens (U+2028/U+2029 are kept: BERT keeps them).
+_IN_LINE_BREAKS = {ord("\r"): " ", **{c: None for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85)}}
+
+
+class _BertConsumer:
+    """google-research/bert's corpus layout (``--input_format bert``): one sentence per line,
+    documents separated by blank lines, a line being blank when ``line.strip()`` is empty (so
+    whitespace-only and CRLF blank lines separate documents, as in BERT). Runs of blank lines
+    make no empty documents. A document ends at the end of its file (BERT lets it run on into
+    the next file). Streamed: only the current line and document are held, and a document longer
+    than ``max_document_chars`` is emitted in pieces cut at line ends.
+
+    Each document is its stripped lines joined by ``\n``, so that the sentence stage (which
+    takes every line as a sentence in this format) sees BERT's sentences."""
+
+    def __init__(self, options: ReadOptions, stats: Counter) -> None:
+        self.pieces = _Pieces(options.max_document_chars, stats)
+        self.limit = options.max_document_chars
+        self.line = ""  # the unfinished last line
+        self.parts: List[str] = []  # the lines of the current document so far (joined once per piece:
+        self.length = 0  # a book-length document is not copied once per line)
+        self.continuing = False  # the start of the unfinished line was already taken (a very long line)
+
+    @property
+    def open(self) -> bool:
+        """Inside a document (its last complete line was not blank)."""
+        return bool(self.parts) or self.pieces.cut
+
+    def feed(self, text: str, final: bool = False) -> List[str]:
+        lines = (self.line + text).split("\n")
+        self.line = "" if final else lines.pop()
+        out: List[str] = []
+        for line in lines:
+            if self.continuing:  # the end of a line whose start was already taken: never a blank line
+                self.continuing = False
+                self._add(line.rstrip().translate(_IN_LINE_BREAKS) + "\n", out)
+                continue
+            line = line.strip()
+            if line:
+                self._add(line.translate(_IN_LINE_BREAKS) + "\n", out)
+            elif self.parts or self.pieces.cut:
+                out.extend(self._end_document())
+        if len(self.line) > self.limit:  # a line longer than a piece (no newline for megabytes): never held whole
+            start = self.line if self.continuing else self.line.lstrip()
+            self.line, self.continuing = "", True
+            self._add(start.translate(_IN_LINE_BREAKS), out)
+        if final and (self.parts or self.pieces.cut):
+            out.extend(self._end_document())
+        return out
+
+    def _add(self, text: str, out: List[str]) -> None:
+        self.parts.append(text)
+        self.length += len(text)
+        if self.length > self.limit:
+            pieces, rest = self.pieces.take("".join(self.parts), False)
+            out.extend(pieces)
+            self.parts, self.length = ([rest], len(rest)) if rest else ([], 0)
+
+    def _end_document(self) -> List[str]:
+        pieces = [piece for piece in self.pieces.take("".join(self.parts), True)[0] if piece]
+        self.parts, self.length, self.continuing = [], 0, False
+        return pieces
+
+
 def _consumer(options: ReadOptions, stats: Counter):
     if options.input_format == "jsonl":
         return _JsonlConsumer(options, stats)
     if options.input_format == "wikiextractor":
         return _WikiExtractorConsumer(options, stats)
+    if options.input_format == "bert":
+        return _BertConsumer(options, stats)
     return _TextConsumer(options, stats)
 
 
@@ -588,7 +654,9 @@ def _iter_item(item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator
         return
     try:
         with open(source.path, "rb") as handle:
-            if item.end is not None:
+            if item.end is not None and options.input_format == "bert":
+                yield from _iter_bert_range(handle, item, options, stats)
+            elif item.end is not None:
                 yield from _iter_range(handle, item, options, stats)
             else:
                 yield from _iter_whole(handle, source, options, stats)
@@ -712,6 +780,96 @@ def _iter_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) ->
         stats["documents_split.extra_pieces"] -= 1  # this range starts inside a line that runs past its end
 
 
+def _iter_bert_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator[str]:
+    """The documents of ``--input_format bert`` whose first line starts in ``[item.start, item.end)``
+    of a plain file. A range snaps to its first line start (Hadoop's rule); when the line before
+    it is not blank, a document begun in an earlier range is still running: its lines are skipped
+    up to the next blank line (that range reads them, on past its end, to finish the document).
+    Each line's bytes count in ``input_bytes`` of the range it starts in."""
+    fd = handle.fileno()
+    encoding = _encoding_of(os.pread(fd, _BINARY_SNIFF_BYTES, 0), "text", options.encoding)
+    size = os.fstat(fd).st_size
+    if encoding is None or encoding.startswith(("utf-16", "utf-32")):
+        if item.first:  # planning never ranges UTF-16/32 files; binary ones are skipped whole
+            stats["input_bytes"] += size
+            _skip_file(stats, SKIP_BINARY)
+        return
+    if item.first and encoding != "utf-8-sig":
+        stats[f"decoded_as.{encoding}"] += 1
+    plain = "utf-8" if encoding == "utf-8-sig" else encoding
+    position = item.start
+    handle.seek(position)
+    if position > 0 and os.pread(fd, 1, position - 1) != b"\n":
+        position += _skip_line(handle)  # the line started in an earlier range
+    if 0 < position < item.end and not _previous_line_blank(fd, position, plain):
+        position = _skip_document_rest(handle, position, item.end, plain, stats)
+    decode = _Decoder(encoding if item.first else plain, stats)
+    consumer = _BertConsumer(options, stats)
+    while position < size and (position < item.end or consumer.open):
+        owned = position < item.end
+        while True:  # one line, in chunks when it is long
+            chunk = handle.readline(_READ_CHUNK)
+            if not chunk:
+                break
+            position += len(chunk)
+            stats["input_bytes"] += len(chunk) if owned else 0
+            yield from consumer.feed(decode(chunk))
+            if chunk.endswith(b"\n"):
+                break
+    yield from consumer.feed(decode(b"", final=True), final=True)
+
+
+def _skip_document_rest(handle, position: int, end: int, encoding: str, stats: Counter) -> int:
+    """Skip the lines of a document begun before ``position`` through the next blank line (or
+    until a line starts at ``end``: then the range owns nothing); returns the new position."""
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")  # its replacements are counted where read
+    while position < end:
+        blank = True
+        while True:
+            chunk = handle.readline(_READ_CHUNK)
+            if not chunk:
+                return position
+            position += len(chunk)
+            stats["input_bytes"] += len(chunk)
+            blank = blank and not decoder.decode(chunk).strip()
+            if chunk.endswith(b"\n"):
+                break
+        if blank:
+            break
+    return position
+
+
+_BACK_CHUNK = 4096  # bytes read at a time when looking at the line before a range's start
+_UTF8_CONTINUATION = range(0x80, 0xC0)
+
+
+def _previous_line_blank(fd: int, position: int, encoding: str) -> bool:
+    """Whether the line that ends just before ``position`` (a line start) is blank by
+    ``line.strip()``: read backwards a chunk at a time, stopping at the first character that is
+    not whitespace (almost always in the first chunk) or at the line's start. A UTF-8 character
+    cut by a chunk's start is left whole to the next (earlier) chunk."""
+    end = position - 1  # the "\n" ending that line
+    utf8 = codecs.lookup(encoding).name == "utf-8"
+    while end > 0:
+        start = max(0, end - max(_BACK_CHUNK, 4))  # more than a cut character's 3 bytes: progress
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        piece = chunk[newline + 1 :]
+        if newline < 0 and start > 0 and utf8:
+            cut = 0
+            while cut < min(3, len(piece)) and piece[cut] in _UTF8_CONTINUATION:
+                cut += 1
+            piece, start = piece[cut:], start + cut
+        if start == 0 and newline < 0 and utf8 and piece.startswith(codecs.BOM_UTF8):
+            piece = piece[len(codecs.BOM_UTF8) :]  # the reader drops a UTF-8 BOM
+        if piece.decode(encoding, "replace").strip():
+            return False
+        if newline >= 0:
+            return True
+        end = start
+    return True
+
+
 def _skip_line(handle) -> int:
     """Read past the end of the current line; returns the bytes skipped."""
     skipped = 0
@@ -724,8 +882,9 @@ def _skip_line(handle) -> int:
 
 def can_range(source: DocumentSource, options: ReadOptions) -> bool:
     """True when a large file may be read in byte ranges by several workers: a local, plain
-    (uncompressed), UTF-8 file whose documents are lines or may be cut at lines."""
-    if not options.line_oriented or "://" in source.path:
+    (uncompressed), UTF-8 file whose documents are lines or may be cut at lines, or are blank-line
+    separated (``bert``: :func:`_iter_bert_range`)."""
+    if not (options.line_oriented or options.input_format == "bert") or "://" in source.path:
         return False
     try:
         with open(source.path, "rb") as handle:

@@ -105,7 +105,7 @@ def build_resources(config: Config) -> Resources:
     from .tokenization import FullTokenizer, continuation_table
 
     tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
-    segmenter = SentenceSegmenter(config.spacy_model, config.single_sentence_per_line)
+    segmenter = SentenceSegmenter(config.spacy_model, config.lines_are_sentences)
     params = InstanceParams(
         max_seq_length=config.max_seq_length,
         short_seq_prob=config.short_seq_prob,

@@ -212,3 +212,24 @@ def test_declared_utf16_32_without_bom_is_text_in_its_own_byte_order(tmp_path, d
     documents = list(iter_documents([WorkItem(source(path))], ReadOptions(encoding=declared), stats))
     assert documents == [text] and stats["replaced_bytes"] == 0
     assert stats[f"decoded_as.{family}-{order}"] == 1 and not stats["skipped.binary"]
+
+
+@pytest.mark.parametrize("chunk", [7, 300, 1 << 20])
+def test_bert_layout_long_lines_and_documents_come_out_in_bounded_pieces(chunk):
+    """--input_format bert: a book-length document or a line of megabytes without a newline is
+    emitted in pieces of at most max_document_chars, whatever the read chunk size, and the
+    blank line still ends the document."""
+    from collections import Counter
+
+    from bert_data import documents as docs
+
+    stats: Counter = Counter()
+    consumer = docs._consumer(docs.ReadOptions(input_format="bert", max_document_chars=1000), stats)
+    text = "short line\n" + "word " * 5000 + "\n" + "a line.\n" * 400 + " \t\r\nnext doc\n"
+    out = []
+    for start in range(0, len(text), chunk):
+        out.extend(consumer.feed(text[start:start + chunk]))
+    out.extend(consumer.feed("", final=True))
+    assert out[-1] == "next doc\n" and max(len(piece) for piece in out) <= 1000
+    assert "".join(out[:-1]).split() == ("short line " + "word " * 5000 + "a line. " * 400).split()
+    assert stats["documents_split.documents"] == 1

@@ -29,7 +29,11 @@ def _stats(output_dir: Path, max_seq_length: int, max_pred: int, mask_id: int) -
     for batch in dataset:
         for name in spec:
             columns[name].append(batch[name].numpy())
-    c = {name: np.concatenate(parts) for name, parts in columns.items()}
+    return column_stats({name: np.concatenate(parts) for name, parts in columns.items()}, max_seq_length, mask_id)
+
+
+def column_stats(c: dict, max_seq_length: int, mask_id: int) -> dict:
+    """The reference figures (definitions in reference_stats.json) of parsed records, by feature."""
     real = c["input_mask"].sum(axis=1)
     used = c["masked_lm_weights"] > 0
     shown = np.take_along_axis(c["input_ids"], c["masked_lm_positions"], axis=1)[used]

@@ -240,7 +240,8 @@ def _crash_point(stage: str, group_index: int) -> None:
     """Test hook: ``BERT_DATA_CRASH_AT=stage:group`` kills this process with SIGKILL right there,
     so tests can check that every kill point leaves a resumable, never complete-looking, state.
     Stages: ``appended``, ``checkpointed``, ``published`` (the coordinator), ``worker`` (the
-    worker process about to make that group)."""
+    worker process about to make that group), ``moved`` (output file N renamed into place by
+    :mod:`bert_data.runners.output_files`)."""
     target = os.environ.get("BERT_DATA_CRASH_AT")
     if target and target == f"{stage}:{group_index}":
         import signal

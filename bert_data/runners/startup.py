@@ -50,7 +50,7 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
         log.warning(warning)
     if config.mlm_only and config.allow_cross_document_examples:
         document_separator_id(config, vocab)
-    if config.spacy_model and not config.single_sentence_per_line:
+    if config.spacy_model and not config.lines_are_sentences:
         check_spacy_model(config.spacy_model)
     if "://" not in config.output_dir:
         check_writable(config.output_dir)
@@ -143,7 +143,7 @@ def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, st
         except package_metadata.PackageNotFoundError:
             return "not installed"
 
-    segmenter = "lines" if config.single_sentence_per_line else (
+    segmenter = "lines" if config.lines_are_sentences else (
         f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
         + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
     )

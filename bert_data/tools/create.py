@@ -169,7 +169,8 @@ def _add_input_format_flags(parser: argparse.ArgumentParser) -> None:
         fmt,
         "input_format",
         f"'text': each file is a document; 'jsonl': each JSON line is one; 'wikiextractor': each <doc ...> ... "
-        f"</doc> block of WikiExtractor's output is one, its repeated title line dropped (default {d.input_format}); "
+        f"</doc> block of WikiExtractor's output is one, its repeated title line dropped; 'bert': google-research/bert's "
+        f"layout, one sentence per line, blank lines between documents (default {d.input_format}); "
         "files may be .gz/.bz2/.xz compressed (.zst with the zstandard module)",
         choices=INPUT_FORMATS,
     )

@@ -1,8 +1,8 @@
-"""``bert-data``: one command in front of the four tools, and what the tools share on a terminal.
+"""``bert-data``: one command in front of the five tools, and what the tools share on a terminal.
 
-``bert-data create|inspect|split|vocab [ARGS]`` runs ``create_tfrecords``, ``inspect_tfrecords``,
-``split_metadata`` or ``build_vocab`` with ``ARGS`` (each tool's own ``main(argv)``; the old
-command names stay). Their exit status passes through unchanged: 0 ok, 1 (inspect) bad
+``bert-data create|google|inspect|split|vocab [ARGS]`` runs ``create_tfrecords``,
+``create_pretraining_data``, ``inspect_tfrecords``, ``split_metadata`` or ``build_vocab`` with
+``ARGS`` (each tool's own ``main(argv)``; the old command names stay). Their exit status passes through unchanged: 0 ok, 1 (inspect) bad
 records, 2 usage or input errors, 130 interrupted. ``bert-data --version`` prints
 ``bert_data VERSION``; ``bert-data --help`` lists the commands.
 
@@ -24,6 +24,7 @@ PROG = "bert-data"
 # subcommand -> (module under bert_data.tools, the tool's own name, what it does)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "create": ("create", "create_tfrecords", "turn text documents into BERT pretraining TFRecords"),
+    "google": ("google_bert", "create_pretraining_data", "the same, with google-research/bert's create_pretraining_data.py flags"),
     "inspect": ("inspect", "inspect_tfrecords", "print records as text, or check them all and report statistics (--stats)"),
     "split": ("split", "split_metadata", "split metadata files into train and validation by a seeded hash"),
     "vocab": ("vocab", "build_vocab", "train a WordPiece vocab.txt on the documents of metadata files"),

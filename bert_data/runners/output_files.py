@@ -1,0 +1,233 @@
+"""Named output files (google-research/bert's output contract) on top of the local runner.
+
+BERT's ``create_pretraining_data.py`` writes its instances round-robin into the files named by
+``--output_file a,b,c``. The local runner already deals each pass round-robin over
+``num_output_files`` shards; here shard ``i`` becomes output file ``i``:
+
+* the run happens in a *staging directory* beside the first output file,
+  ``DIR/.NAME.bert_data/`` (its lock, journal, the list of input files and the shards), so
+  ``--resume``, the lock and the atomic assembly are the runner's own;
+* when the run is complete, each shard is renamed onto its output file (copied then renamed when
+  that file is on another file system), replacing a previous file of that name as BERT does;
+* the manifest is then written beside the first output file, ``DIR/.NAME.data_params.json``
+  (hidden, so that ``run_pretraining.py --input_file=DIR/NAME*`` never matches it), and the
+  staging directory is removed.
+
+Every step is idempotent: a run killed while publishing is finished by ``--resume``.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import shutil
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..config import Config
+from ..errors import ConfigError, OutputError, ResumeError
+from ..format.manifest import MANIFEST_NAME
+from ..storage import write_json_atomically
+from ..writer import WORK_DIR_NAME, shard_file_names
+
+STAGING_SUFFIX = ".bert_data"
+MANIFEST_SUFFIX = ".data_params.json"
+INPUT_LIST_NAME = "input_files.txt"  # the expanded --input_file, as the runner's metadata file
+SHARD_NAME = "examples"  # shard prefix inside the staging directory
+MAX_FILE_NAME_BYTES = 255
+
+
+def staging_dir(first_output: str) -> str:
+    """``DIR/.NAME.bert_data``: where a run for these output files is made."""
+    head, name = os.path.split(os.path.abspath(first_output))
+    return os.path.join(head, f".{name}{STAGING_SUFFIX}")
+
+
+def manifest_path(first_output: str) -> str:
+    """``DIR/.NAME.data_params.json``: the manifest of the output files."""
+    head, name = os.path.split(os.path.abspath(first_output))
+    return os.path.join(head, f".{name}{MANIFEST_SUFFIX}")
+
+
+def expand_input_patterns(value: str, flag: str = "--input_file") -> List[str]:
+    """BERT's ``--input_file``: a comma-separated list of glob patterns, each expanded in the order
+    given (its matches sorted), as ``input_files.extend(tf.gfile.Glob(pattern))`` does. Empty
+    items (a trailing comma) are ignored; a pattern that matches nothing is an error here (BERT
+    would silently read nothing from it). Duplicates are kept: BERT reads such a file twice."""
+    patterns = [p for p in value.split(",") if p.strip()]
+    if not patterns:
+        raise ConfigError(f"{flag} is empty: give a text file, a glob or a comma-separated list of them")
+    files: List[str] = []
+    for pattern in patterns:
+        if "://" in pattern:
+            raise ConfigError(
+                f"{flag} {pattern}: URLs are not read by create_pretraining_data; copy the files locally, or use "
+                "create_tfrecords --runner beam"
+            )
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else ([pattern] if os.path.lexists(pattern) else [])
+        if not matches:
+            what = "matches no file" if glob.has_magic(pattern) else "does not exist"
+            raise ConfigError(f"{flag} {pattern} {what}; check the path (patterns are relative to {os.getcwd()})")
+        files.extend(matches)
+    for path in files:
+        _check_listable(path, flag)
+    return [os.path.abspath(path) for path in files]
+
+
+def _check_listable(path: str, flag: str) -> None:
+    """A path the runner's file list (one path per line) can carry unchanged."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{flag}: the file name {path!r} is not UTF-8; rename the file") from None
+    if any(c in path for c in "\n\r") or path != path.strip():
+        raise ConfigError(f"{flag}: the file name {path!r} has a line break or surrounding blanks; rename the file")
+
+
+def check_output_files(value: str, inputs: Sequence[str], vocab_file: str, flag: str = "--output_file") -> List[str]:
+    """BERT's ``--output_file`` (one path or a comma-separated list) as absolute paths, refused with
+    one line when an entry is empty, a URL, a directory, inside a file, repeated, one of the inputs
+    or the vocabulary, or too long a name for the staging directory and manifest beside it."""
+    entries = value.split(",")
+    if not value or any(not entry.strip() for entry in entries):
+        raise ConfigError(f"{flag} {value!r} has an empty entry; give one file or a comma-separated list of files")
+    protected = {os.path.realpath(p): "an input file" for p in inputs}
+    protected[os.path.realpath(vocab_file)] = "--vocab_file"
+    seen: Dict[str, int] = {}
+    outputs: List[str] = []
+    for position, entry in enumerate(entries, start=1):
+        if "://" in entry:
+            raise ConfigError(f"{flag} {entry}: URLs are not written by create_pretraining_data; write locally, then copy")
+        if entry.endswith(os.sep) or os.path.isdir(entry):
+            raise ConfigError(f"{flag} {entry} is a directory; name the TFRecord file to write")
+        path = os.path.abspath(entry)
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ConfigError(f"{flag}: {entry} is given twice (entries {seen[real]} and {position}); name each file once")
+        if real in protected:
+            raise ConfigError(f"{flag} {entry} is {protected[real]}; refusing to overwrite it")
+        seen[real] = position
+        _check_parent(path, entry, flag)
+        outputs.append(path)
+    longest = f".{os.path.basename(outputs[0])}{MANIFEST_SUFFIX}.tmp"
+    if len(longest.encode("utf-8", "surrogateescape")) > MAX_FILE_NAME_BYTES:
+        raise ConfigError(f"{flag} {entries[0]}: the file name is too long for the manifest beside it; shorten it")
+    return outputs
+
+
+def _check_parent(path: str, entry: str, flag: str) -> None:
+    """The directory of an output file is one (or can be made): a missing one is created."""
+    probe = os.path.dirname(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ConfigError(f"{flag} {entry}: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {entry}: the directory {probe} is not writable")
+
+
+def write_input_list(staging: str, files: Sequence[str]) -> str:
+    """The expanded input files as the runner's metadata file (one absolute path per line) in the
+    staging directory; its content is what ``--resume`` fingerprints."""
+    try:
+        os.makedirs(staging, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the work directory {staging} ({exc.strerror})") from None
+    path = os.path.join(staging, INPUT_LIST_NAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{name}\n" for name in files)
+    os.replace(tmp, path)
+    return path
+
+
+def run_to_output_files(
+    config: Config,
+    outputs: Sequence[str],
+    run_job: Callable[[Config], Dict[str, Dict]],
+    extra_manifest: Optional[Dict] = None,
+) -> Dict:
+    """Run ``config`` (whose ``output_dir`` is the staging directory and ``num_output_files`` the
+    number of ``outputs``) with ``run_job``, then publish: shards onto the output files, the
+    manifest beside the first. Returns the published manifest. With ``config.resume`` a run
+    already published is reported as complete, after checking that its settings match."""
+    staging, beside = config.output_dir, manifest_path(outputs[0])
+    if config.resume and not os.path.isdir(staging):
+        if os.path.isfile(beside):
+            return _already_published(config, beside, outputs)
+        raise ResumeError(f"--resume: no interrupted run for {outputs[0]} (nothing to continue); run without --resume")
+    manifest = run_job(config)[""]
+    _remove(beside)  # an older manifest must not describe the files being replaced
+    from .local import _crash_point
+
+    for index, (shard, target) in enumerate(zip(shard_file_names(config.name, len(outputs)), outputs)):
+        source = os.path.join(staging, shard)
+        if os.path.lexists(source):
+            _move(source, target)
+            _crash_point("moved", index)  # test hook: killed between two output files
+        elif not os.path.isfile(target):  # moved by a publish that was killed after it: fine
+            raise OutputError(f"{source} is missing: the run's output was removed; run again without --resume")
+    published = dict(manifest, output_dir=os.path.dirname(outputs[0]), **(extra_manifest or {}))
+    names = shard_file_names(config.name, len(outputs))
+    per_shard = manifest.get("instances_per_shard", {})
+    published["output_files"] = list(outputs)
+    published["instances_per_output_file"] = {out: per_shard.get(name, 0) for name, out in zip(names, outputs)}
+    write_json_atomically(beside, published)
+    shutil.rmtree(staging, ignore_errors=True)
+    return published
+
+
+def _already_published(config: Config, beside: str, outputs: Sequence[str]) -> Dict:
+    import json
+
+    try:
+        with open(beside, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ResumeError(f"--resume: {beside} cannot be read ({exc}); run again without --resume") from None
+    from ..config import output_settings
+
+    ignored = {"metadata_files", "num_workers"}
+    changed = sorted(
+        k for k, v in output_settings(config).items() if k not in ignored and k in manifest and manifest[k] != v
+    )
+    if changed or list(manifest.get("output_files", [])) != list(outputs):
+        what = ", ".join(changed) or "--output_file"
+        raise ResumeError(f"--resume: {outputs[0]} was written with other settings ({what}); run again without --resume")
+    missing = [out for out in outputs if not os.path.isfile(out)]
+    if missing:
+        raise ResumeError(f"--resume: {missing[0]} is missing; run again without --resume")
+    return dict(manifest, already_complete=True)
+
+
+def _move(source: str, target: str) -> None:
+    """Rename ``source`` onto ``target`` (replacing it); across file systems, copy to a temporary
+    name beside ``target`` and rename that, so ``target`` is never seen half written."""
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.replace(source, target)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+        tmp = f"{target}.bert_data.partial"
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+        os.unlink(source)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target} ({exc.strerror or exc}); fix it and continue with --resume") from None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise OutputError(f"cannot replace {path} ({exc.strerror})") from None
+
+
+def leftover_work(staging: str) -> bool:
+    """True when the staging directory holds an interrupted run (for the tool's hint)."""
+    return os.path.isdir(os.path.join(staging, WORK_DIR_NAME)) or os.path.isfile(os.path.join(staging, MANIFEST_NAME))
