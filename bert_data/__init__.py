@@ -13,7 +13,7 @@ schedulers in ``runners/``, the tf.data reader in ``reader/`` and console script
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -436,8 +436,6 @@ def validate(config: Config, require_inputs: bool = True) -> None:
             f"--name {_short(config.name)} is longer than {MAX_NAME_BYTES} bytes: a shard's file name "
             f"(NAME-N.tfrecords.partial) must fit in 255"
         )
-    if config.multiple_docs_in_single_file and config.multiple_docs_separator == "":
-        raise ConfigError("--multiple_docs_separator must not be empty with --multiple_docs_in_single_file")
     if not 0.0 <= config.validation_fraction < 1.0:
         raise ConfigError(f"--validation_fraction {config.validation_fraction} must be in (0, 1) (0 = no split)")
     if config.validation_fraction and config.validation_metadata_files:

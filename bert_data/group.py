@@ -82,8 +82,16 @@ class Resources:
         return read_options(self.config)
 
 
+def document_boundary(config: Config) -> Optional[str]:
+    """The text between two documents of one file, or None (one document per file). As in the
+    Model Zoo, ``--multiple_docs_separator S`` is a line holding S: documents are split on a
+    newline followed by S, so the default S = "\n" means a blank line between documents, and an
+    empty S makes every line a document."""
+    return "\n" + config.multiple_docs_separator if config.multiple_docs_in_single_file else None
+
+
 def read_options(config: Config) -> ReadOptions:
-    separator = config.multiple_docs_separator if config.multiple_docs_in_single_file else None
+    separator = document_boundary(config)
     return ReadOptions(
         input_format=config.input_format, text_key=config.text_key, separator=separator,
         max_document_chars=min(config.max_document_chars, config.group_bytes),  # a piece fits in a unit

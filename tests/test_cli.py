@@ -183,12 +183,32 @@ def test_multiple_docs_in_single_file(tf, capsys, tmp_path, tiny_vocab):
     metadata = root / "metadata.txt"
     metadata.write_text("all.txt\n", encoding="utf-8")
     out = tmp_path / "out"
-    manifest = run_ok(
-        capsys, metadata, tiny_vocab, out, multiple_docs_in_single_file=True, multiple_docs_separator="\\n@@@\\n"
-    )
+    manifest = run_ok(capsys, metadata, tiny_vocab, out, multiple_docs_in_single_file=True, multiple_docs_separator="@@@")
     check_output(tf, out, manifest)
     assert manifest["documents"] == {"read": 8, "used": 8, "skipped": {}}
-    assert manifest["multiple_docs_separator"] == "\n@@@\n"
+    assert manifest["multiple_docs_separator"] == "@@@"
+
+
+@pytest.mark.parametrize("separator, documents", [
+    (None, 3),  # the default, "\n": a blank line between documents (the Model Zoo's meaning)
+    ("\\n", 3),
+    ("", 31),  # every line a document
+    ("=====", 1),  # no line starts with it: the file is one document
+])
+def test_multiple_docs_separator_means_what_the_model_zoo_means(capsys, tmp_path, tiny_vocab, separator, documents):
+    """--multiple_docs_separator S splits on a newline followed by S, as the Model Zoo's
+    text_to_tokenized_documents does: 31 lines in 3 blank-line separated paragraphs are 3
+    documents by default, not 31."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    paragraphs = ["\n".join(sentence(p * 11 + s) for s in range(n)) for p, n in enumerate((10, 11, 10))]
+    (root / "all.txt").write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    (root / "metadata.txt").write_text("all.txt\n", encoding="utf-8")
+    extra = {} if separator is None else {"multiple_docs_separator": separator}
+    manifest = run_ok(capsys, root / "metadata.txt", tiny_vocab, tmp_path / "out", multiple_docs_in_single_file=True,
+                      split_num=1000, **extra)
+    empty = 3 if separator == "" else 0  # the two blank lines and the end after the last newline: empty, counted
+    assert manifest["documents"]["read"] == documents + empty and manifest["documents"]["used"] == documents
 
 
 def test_mask_whole_word(tf, capsys, tmp_path):

@@ -264,7 +264,6 @@ def test_valid_config_passes():
         ({"name": ".."}, "--name"),
         ({"name": "."}, "--name"),
         ({"single_sentence_per_line": True, "spacy_model": "en_core_web_sm"}, "--single_sentence_per_line"),
-        ({"multiple_docs_in_single_file": True, "multiple_docs_separator": ""}, "--multiple_docs_separator"),
         ({"max_seq_length": "128"}, "--max_seq_length"),
         ({"masked_lm_prob": True}, "--masked_lm_prob"),
         ({"overwrite": 1}, "--overwrite"),

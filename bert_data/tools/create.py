@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(io, "metadata_files", "metadata file(s), each listing one document path per line", nargs="+")
     _flag(io, "input_files_prefix", f"prefix joined to relative paths in the metadata files (default {d.input_files_prefix!r})")
     _bool_flag(io, "multiple_docs_in_single_file", "each input file holds several documents split by --multiple_docs_separator")
-    _flag(io, "multiple_docs_separator", "separator between documents inside one file (escapes like \\n allowed; default newline)")
+    _flag(io, "multiple_docs_separator", "as in the Model Zoo, documents are split on a newline followed by this: the "
+          "default (\\n) means a blank line between documents, '-----' a line starting with -----, '' every line "
+          "a document (escapes like \\n allowed)")
     _bool_flag(io, "single_sentence_per_line", "every non-empty input line is one sentence: spaCy is not used")
     _flag(io, "spacy_model", "installed spaCy pipeline for sentence boundaries (default: rule-based sentencizer)")
     _flag(io, "config", "a preset by name (" + ", ".join(preset_names()) + ") or a YAML file of any of these "
