@@ -34,7 +34,7 @@ class Config:
     max_seq_length: int = 128
     dupe_factor: int = 10
     short_seq_prob: float = 0.1
-    min_short_seq_length: int = 2
+    min_short_seq_length: Optional[int] = None  # None: 2, or with --mlm_only 2 + overlap_size (the Model Zoo's)
     masked_lm_prob: float = 0.15
     max_predictions_per_seq: int = 20
     mask_whole_word: bool = False
@@ -63,12 +63,26 @@ class Config:
     mlm_only: bool = False  # windows of [CLS] ... [SEP], masked-LM features only (no segment_ids / NSP label)
     sentence_order_prediction: bool = False  # ALBERT SOP: next_sentence_labels 1 = A and B swapped
     disable_masking: bool = False  # --mlm_only: store unmasked ids (input_ids, input_mask); mask in the reader
-    allow_cross_document_examples: bool = True  # --mlm_only: windows may span documents (never groups)
+    allow_cross_document_examples: bool = False  # --mlm_only: windows may span documents (never groups); Model Zoo default
     document_separator_token: str = "[SEP]"  # --mlm_only: vocabulary token put between documents
-    overlap_size: int = 0  # --mlm_only: tokens shared by consecutive windows
+    overlap_size: Optional[int] = None  # --mlm_only: tokens shared by consecutive windows; None: max_seq_length / 4
     buffer_size: int = 1_000_000  # --mlm_only: tokens of windows assembled and masked at once (memory bound)
     # --- runner ---
     runner: str = "local"  # "local": process pool on this machine; "beam": an Apache Beam pipeline (docs/beam.md)
+
+    def __post_init__(self) -> None:
+        """Defaults that depend on other settings, as the Model Zoo resolves them: with --mlm_only,
+        ``overlap_size`` is max_seq_length / 4 and ``min_short_seq_length`` 2 + overlap_size;
+        otherwise 0 and 2. Resolved when the Config is made, so --print_config and the manifest
+        show the numbers used."""
+        if self.overlap_size is None:
+            overlap = int(self.max_seq_length / 4) if self.mlm_only and isinstance(self.max_seq_length, int) else 0
+            object.__setattr__(self, "overlap_size", overlap)
+        if self.min_short_seq_length is None:
+            shortest = 2
+            if self.mlm_only and isinstance(self.overlap_size, int) and isinstance(self.max_seq_length, int):
+                shortest = max(2, min(2 + self.overlap_size, self.max_seq_length - 3))  # (a bad overlap is named later)
+            object.__setattr__(self, "min_short_seq_length", shortest)
 
     def to_json(self) -> Dict[str, Any]:
         """Every setting, JSON-able (tuples become lists)."""
@@ -107,6 +121,8 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"--{name} must be a path or a list of paths, got {_short(value)}")
         return tuple(value)
+    if name in ZERO_MEANS and isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+        return ZERO_MEANS[name]  # the Model Zoo's spellings: 0 (or less) means "all files" / "one file"
     if name == "multiple_docs_separator" and isinstance(value, str) and "\\" in value:
         # Shell users write '\n' literally; honour the usual escapes.
         try:
@@ -297,7 +313,7 @@ def build_config(
     if unknown:
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
     values = {k: _coerce(k, v) for k, v in values.items()}
-    config = (base or Config()).replace(**values)
+    config = base.replace(**values) if base is not None else Config(**values)  # dependent defaults see the final values
     validate(config, require_inputs=require_inputs)
     return config
 
@@ -361,6 +377,10 @@ UPPER_BOUNDS = (
     ("buffer_size", 100_000_000, "~40 bytes of memory per token in each worker"),
     ("overlap_size", MAX_SEQ_LENGTH, "at most --max_seq_length anyway"),
 )
+# Values the Model Zoo accepts and what they mean there: --split_num <= 0 puts every file in one
+# group (here: no limit on entries; --group_bytes still bounds a group), --num_output_files <= 0
+# writes one file (it takes max(n, 1)).
+ZERO_MEANS = {"split_num": 1 << 20, "num_output_files": 1}
 MAX_NAME_BYTES = 200  # NAME-100000.tfrecords.partial within a file system's 255-byte names
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # a 64-bit integer, signed or not
 MOST_WORKERS = 1024  # and at most 4 per usable core
@@ -508,7 +528,9 @@ def _check_encoding(name: str) -> None:
         ) from None
 
 
-_MLM_ONLY_SETTINGS = ("allow_cross_document_examples", "document_separator_token", "overlap_size", "buffer_size")
+# MLM-only settings and their values in a run without --mlm_only (anything else there is a mistake).
+_MLM_ONLY_SETTINGS = {"allow_cross_document_examples": False, "document_separator_token": "[SEP]", "overlap_size": 0,
+                      "buffer_size": 1_000_000}
 
 
 def _validate_objective(config: Config) -> None:
@@ -528,10 +550,9 @@ def _validate_objective(config: Config) -> None:
             "--mask_whole_word has no effect with --disable_masking (nothing is masked when writing): drop it and "
             "pass mask_whole_word=True to bert_data.pretraining_dataset(..., dynamic_masking=True) instead"
         )
-    defaults = Config.__dataclass_fields__
     if not config.mlm_only:
-        for name in _MLM_ONLY_SETTINGS:
-            if getattr(config, name) != defaults[name].default:
+        for name, unset in _MLM_ONLY_SETTINGS.items():
+            if getattr(config, name) != unset:
                 raise ConfigError(f"--{name} only applies with --mlm_only (create_tfrecords_mlm_only); drop it")
         return
     if not 0 <= config.overlap_size < config.max_seq_length - 2:
@@ -554,6 +575,13 @@ def _validate_objective(config: Config) -> None:
                 "an unused vocabulary token such as [unused0]"
             )
         # that the token is in the vocabulary is a start-up check (bert_data.runners.startup)
+    if not config.allow_cross_document_examples and config.document_separator_token != "[SEP]":
+        import logging
+
+        logging.getLogger("bert_data").warning(
+            "--document_separator_token %s has no effect: windows never span documents without "
+            "--allow_cross_document_examples", config.document_separator_token,
+        )
     if config.disable_masking and config.dupe_factor > 1 and config.short_seq_prob == 0:
         import logging
 

@@ -34,11 +34,11 @@ def corpus(tmp_path_factory):
 def run(corpus, out: Path, **extra) -> Dict:
     flags = dict(
         mlm_only=True, single_sentence_per_line=True, split_num=SPLIT, dupe_factor=1, short_seq_prob=0,
-        max_seq_length=SEQ, max_predictions_per_seq=PRED,
+        max_seq_length=SEQ, max_predictions_per_seq=PRED, overlap_size=0,
     )
     flags.update(extra)
-    if flags.pop("allow_cross_document_examples", True) is False:
-        flags["no-allow_cross_document_examples"] = True  # base_args drops False values
+    cross = flags.pop("allow_cross_document_examples", True)  # (base_args drops False values)
+    flags["allow_cross_document_examples" if cross else "no-allow_cross_document_examples"] = True
     assert cli.main(base_args(corpus.metadata, corpus.vocab, out, **flags)) == 0
     return json.loads((out / "data_params.json").read_text())
 
@@ -192,8 +192,10 @@ def test_short_windows_and_overlap_respected(corpus, tmp_path):
         (dict(mlm_only=True, overlap_size=30), ["--overlap_size 30", "--max_seq_length - 2"]),
         (dict(overlap_size=3), ["--overlap_size", "--mlm_only"]),
         (dict(mlm_only=True, buffer_size=10), ["--buffer_size 10"]),
-        (dict(mlm_only=True, document_separator_token="[nope]"), ["--document_separator_token", "not in --vocab_file"]),
-        (dict(mlm_only=True, document_separator_token="[MASK]"), ["--document_separator_token [MASK]"]),
+        (dict(mlm_only=True, allow_cross_document_examples=True, document_separator_token="[nope]"),
+         ["--document_separator_token", "not in --vocab_file"]),
+        (dict(mlm_only=True, allow_cross_document_examples=True, document_separator_token="[MASK]"),
+         ["--document_separator_token [MASK]"]),
     ],
 )
 def test_contradictory_flags_are_one_line_errors(tmp_path, capsys, extra, message):
@@ -215,3 +217,45 @@ def test_mlm_only_entry_point_prepends_the_flag(tmp_path, monkeypatch):
     assert exit_info.value.code == 0
     manifest = json.loads((out / "data_params.json").read_text())
     assert manifest["mlm_only"] is True and manifest["buffer_size"] == 10000 and manifest["objective"] == "mlm_only"
+
+
+def test_model_zoo_mlm_only_defaults(tmp_path, capsys, caplog):
+    """create_tfrecords_mlm_only's defaults are the Model Zoo's: windows within one document,
+    overlap max_seq_length / 4, short windows of at least 2 + overlap; resolved up front, so the
+    manifest and --print_config show the numbers; a separator token that cannot apply says so."""
+    from bert_data.config import build_config
+
+    config = build_config({"metadata_files": ["m"], "vocab_file": "v", "mlm_only": True, "max_seq_length": 128})
+    assert (config.allow_cross_document_examples, config.overlap_size, config.min_short_seq_length) == (False, 32, 34)
+    nsp = build_config({"metadata_files": ["m"], "vocab_file": "v", "max_seq_length": 128})
+    assert (nsp.overlap_size, nsp.min_short_seq_length) == (0, 2)
+    assert build_config({"metadata_files": ["m"], "vocab_file": "v", "mlm_only": True, "overlap_size": 5}).min_short_seq_length == 7
+    metadata, vocab = write_corpus(tmp_path / "c", n_docs=4), write_vocab(tmp_path / "vocab.txt")
+    assert cli.main(base_args(metadata, vocab, tmp_path / "out", mlm_only=True, document_separator_token="[unused0]")) == 0
+    manifest = json.loads((tmp_path / "out" / "data_params.json").read_text())
+    assert (manifest["overlap_size"], manifest["min_short_seq_length"], manifest["allow_cross_document_examples"]) == (8, 10, False)
+    assert "--document_separator_token [unused0] has no effect" in caplog.text
+
+
+def test_model_zoo_spellings_and_names(tmp_path, capsys, caplog):
+    """Values the Model Zoo accepts work with its meaning (--split_num 0: no limit on files per
+    group, --num_output_files 0: one file); create_tfrecords_mlm_only --help and errors carry its
+    own name; our sentencizer default is said once, with how to match the Model Zoo's."""
+    import logging
+
+    metadata, vocab = write_corpus(tmp_path / "c", n_docs=4), write_vocab(tmp_path / "vocab.txt")
+    caplog.set_level(logging.INFO, logger="bert_data")
+    code = cli.main(base_args(metadata, vocab, tmp_path / "out", split_num=0, num_output_files=0), prog=cli.MLM_ONLY_PROG)
+    assert code == 0, capsys.readouterr().err
+    manifest = json.loads((tmp_path / "out" / "data_params.json").read_text())
+    assert manifest["objective"] == "mlm_only" and manifest["num_output_files"] == 1
+    assert manifest["split_num"] == 1 << 20 and manifest["groups"] == 1
+    assert "pass --spacy_model en_core_web_sm to segment as it does" in caplog.text
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["--help"], prog=cli.MLM_ONLY_PROG)
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: create_tfrecords_mlm_only") and "masked-LM-only" in shown
+    assert "next sentence prediction" not in shown.split("options:")[0]
+    assert cli.main(base_args(metadata, vocab, tmp_path / "bad", overlap_size=-1), prog=cli.MLM_ONLY_PROG) == 2
+    assert capsys.readouterr().err.startswith("create_tfrecords_mlm_only: error: --overlap_size -1")

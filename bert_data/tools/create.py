@@ -90,11 +90,20 @@ Check the result with `inspect_tfrecords OUTPUT_DIR --stats`; recipes: docs/reci
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+MLM_ONLY_PROG = "create_tfrecords_mlm_only"
+DESCRIPTIONS = {
+    PROG: "Turn raw text documents into BERT pretraining TFRecords (masked LM + next sentence prediction).",
+    MLM_ONLY_PROG: "Turn raw text documents into masked-LM-only BERT pretraining TFRecords: windows of "
+    "[CLS] ... [SEP] over the token stream, no segment_ids or next-sentence label (create_tfrecords --mlm_only; "
+    "the Model Zoo's create_tfrecords_mlm_only.py flags and defaults).",
+}
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     d = Config()
     parser = OneLineParser(
-        prog=PROG,
-        description="Turn raw text documents into BERT pretraining TFRecords (masked LM + next sentence prediction).",
+        prog=prog,
+        description=DESCRIPTIONS[prog],
         argument_default=None,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -124,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
           "the time of dupe 1 (docs/performance.md) "
           f"(default {d.dupe_factor})", type=int)
     _flag(inst, "short_seq_prob", f"probability of a shorter target length (default {d.short_seq_prob})", type=float)
-    _flag(inst, "min_short_seq_length", f"smallest target length for short sequences (default {d.min_short_seq_length})", type=int)
+    _flag(inst, "min_short_seq_length", "smallest target length for short sequences (default 2; with --mlm_only "
+          "2 + --overlap_size, as in the Model Zoo)", type=int)
     _flag(inst, "masked_lm_prob", f"fraction of tokens masked (default {d.masked_lm_prob})", type=float)
     _flag(inst, "max_predictions_per_seq", f"masked positions per instance at most (default {d.max_predictions_per_seq})", type=int)
     _bool_flag(inst, "mask_whole_word", f"mask every WordPiece of a word together (default {d.mask_whole_word})")
@@ -202,12 +212,12 @@ def config_from_args(args: argparse.Namespace, require_inputs: bool = True) -> C
     return build_config(overrides, config_file=args.config, require_inputs=require_inputs)
 
 
-def _print_config(args: argparse.Namespace) -> int:
+def _print_config(args: argparse.Namespace, prog: str = PROG) -> int:
     """--print_config: the merged, checked settings as a YAML preset on stdout; nothing runs."""
     try:
         config = config_from_args(args, require_inputs=False)
     except BertDataError as exc:
-        return print_error(PROG, str(exc), exc.exit_code)
+        return print_error(prog, str(exc), exc.exit_code)
     source = f"--config {args.config}" if args.config is not None else ""
     try:
         sys.stdout.write(effective_yaml(config, source))
@@ -225,8 +235,10 @@ def _drop_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
+    parser = build_parser(prog)
+    if prog == MLM_ONLY_PROG:
+        parser.set_defaults(mlm_only=True)
     argv, pipeline_args = _split_pipeline_args(argv)
     try:
         args = parser.parse_args(argv)
@@ -234,10 +246,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _drop_stdout()
         return 0
     if args.print_config:
-        return _print_config(args)
+        return _print_config(args, prog)
     level = _resolve_log_level(args.log_level, bool(args.quiet))
     if level is None:
-        return print_error(PROG, f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+        return print_error(prog, f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("bert_data").setLevel(level)  # even when logging was configured before main()
     import signal
@@ -251,7 +263,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         started = time.perf_counter()
         if pipeline_args and config.runner != "beam":
-            return print_error(PROG, "pipeline options after '--' are for --runner beam")
+            return print_error(prog, "pipeline options after '--' are for --runner beam")
         if config.runner == "beam":
             from ..runners.beam import run_beam
 
@@ -261,12 +273,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 manifests = run_job(config, on_group=progress.update, on_start=progress.start)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
-        return print_error(PROG, str(exc), exc.exit_code)
+        return print_error(prog, str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
-            print(f"{PROG}: terminated (SIGTERM); continue later with --resume (same flags)", file=sys.stderr)
+            print(f"{prog}: terminated (SIGTERM); continue later with --resume (same flags)", file=sys.stderr)
             return 143
-        print(f"{PROG}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
+        print(f"{prog}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
         return 130
     print(run_summary(manifests, elapsed))
     return 0
@@ -342,7 +354,8 @@ def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
         f"(default {d.allow_cross_document_examples})",
     )
     _flag(obj, "document_separator_token", f"with --mlm_only: token between documents (default {d.document_separator_token})")
-    _flag(obj, "overlap_size", f"with --mlm_only: tokens shared by consecutive windows (default {d.overlap_size})", type=int)
+    _flag(obj, "overlap_size", "with --mlm_only: tokens shared by consecutive windows (default --max_seq_length / 4, "
+          "as in the Model Zoo)", type=int)
     _flag(
         obj,
         "buffer_size",
@@ -352,8 +365,9 @@ def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def mlm_only_entry_point() -> None:
-    """``create_tfrecords_mlm_only``: ``create_tfrecords --mlm_only ...``."""
-    sys.exit(main(["--mlm_only", *sys.argv[1:]]))
+    """``create_tfrecords_mlm_only``: ``create_tfrecords --mlm_only ...``, with its own name in
+    --help and in messages."""
+    sys.exit(main(prog=MLM_ONLY_PROG))
 
 
 if __name__ == "__main__":
