@@ -65,6 +65,41 @@ def install_hint(model: str) -> str:
     return f"python -m spacy download {model}"
 
 
+def _sentence_components(names: List[str]) -> List[str]:
+    """The components that set sentence boundaries: ``senter``, else the ``parser`` and what it
+    listens to, else a ``sentencizer``; empty when there is none."""
+    if "senter" in names:
+        return ["senter"]
+    if "parser" in names:
+        return [n for n in ("tok2vec", "transformer", "parser") if n in names]
+    return ["sentencizer"] if "sentencizer" in names else []
+
+
+def _unneeded_components(spacy_model: str) -> List[str]:
+    """Components of a pipeline that sentence boundaries do not need, read from its meta.json
+    (a saved directory, or an installed package), so that ``spacy.load(..., exclude=...)`` never
+    loads them (a tagger's or NER's weights cost memory in every worker). Empty when the meta
+    cannot be read: the pipeline is then loaded whole and trimmed after."""
+    import json
+    import os
+
+    try:
+        if os.path.isdir(spacy_model):
+            root = spacy_model
+        else:
+            import importlib.util
+
+            spec = importlib.util.find_spec(spacy_model) if spacy_model.isidentifier() else None
+            root = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+        with open(os.path.join(root, "meta.json"), encoding="utf-8") as handle:
+            meta = json.load(handle)
+        names = list(meta.get("components") or meta.get("pipeline") or [])
+    except (OSError, ValueError, ImportError, AttributeError, TypeError):
+        return []
+    keep = _sentence_components(names)
+    return [name for name in names if name not in keep] if keep else []
+
+
 def load_spacy_pipeline(spacy_model: Optional[str]):
     """A spaCy pipeline that sets sentence boundaries, with nothing else enabled.
 
@@ -81,21 +116,14 @@ def load_spacy_pipeline(spacy_model: Optional[str]):
         nlp.add_pipe("sentencizer")
         return nlp
     try:
-        nlp = spacy.load(spacy_model)
+        nlp = spacy.load(spacy_model, exclude=_unneeded_components(spacy_model))
     except OSError:
         raise SpacyModelError(
             f"--spacy_model {spacy_model} is not installed; install it with `{install_hint(spacy_model)}` "
             f"(or omit --spacy_model to use the built-in rule-based sentencizer)"
         ) from None
     names = list(nlp.pipe_names) + list(getattr(nlp, "disabled", []))
-    if "senter" in names:
-        keep = ["senter"]
-    elif "parser" in names:
-        keep = [n for n in ("tok2vec", "transformer", "parser") if n in names]
-    elif "sentencizer" in names:
-        keep = ["sentencizer"]
-    else:
-        keep = []
+    keep = _sentence_components(names)
     for name in names:
         if name in keep:
             if name in getattr(nlp, "disabled", []):
