@@ -169,8 +169,22 @@ def run_summary(manifests: Mapping[str, Any], elapsed: float) -> str:
         lines.extend(_output_summary(manifest, elapsed, split))
     first = next(iter(manifests.values()), None)
     if first is not None:
+        if _default_sentencizer(first):
+            lines.append(SENTENCIZER_NOTICE)
         lines.append(_next_steps(manifests.get("train", first)))
     return "\n".join(lines)
+
+
+# The one place our default differs from the Model Zoo's without a flag saying so: said after every such run.
+SENTENCIZER_NOTICE = (
+    "sentences: spaCy's rule-based sentencizer (nothing to download); the Model Zoo's default is the "
+    "en_core_web_sm pipeline: pass --spacy_model en_core_web_sm to segment as it does"
+)
+
+
+def _default_sentencizer(manifest: Any) -> bool:
+    return (not manifest.get("spacy_model") and not manifest.get("single_sentence_per_line")
+            and manifest.get("input_format", "text") != "bert")
 
 
 def _output_summary(manifest: Any, elapsed: float, split: str) -> List[str]:

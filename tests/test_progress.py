@@ -86,7 +86,7 @@ def test_cli_draws_the_bar_on_a_terminal_stderr_only(
     monkeypatch.setattr(sys, "stderr", fake)
     assert main(base_args(tiny_corpus, tiny_vocab, tmp_path / "out")) == 0
     out = capsys.readouterr().out
-    assert out.startswith("wrote ") and out.count("\n") == 3  # stdout: the summary only
+    assert out.startswith("wrote ") and out.count("\n") == 4  # stdout: the summary only
     assert "tokens" in out and "on disk" in out and str(tmp_path / "out" / "data_params.json") in out
     assert out.splitlines()[-1].startswith("next: check with `inspect_tfrecords ")
     bar = fake.getvalue()
@@ -128,7 +128,8 @@ def test_run_summary_counts_from_the_manifest(tmp_path: Path) -> None:
         "max_seq_length": 128, "max_predictions_per_seq": 20,
     }
     text = run_summary({"": manifest}, elapsed=2.0)
-    first, facts, following = text.splitlines()
+    first, facts, notice, following = text.splitlines()
+    assert notice.startswith("sentences: spaCy's rule-based sentencizer")
     assert first == f"wrote 1 instance from 1 document (2 read, 1 skipped: empty 1) into 1 shard in {tmp_path} in 2.0s"
     assert "12,345 tokens (50.00% [UNK])" in facts and "2.0 KiB on disk" in facts
     assert "4.0 KiB of input read at 0.00 MB/s" in facts and f"{tmp_path}/data_params.json" in facts

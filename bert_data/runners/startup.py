@@ -52,18 +52,9 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
         document_separator_id(config, vocab)
     if config.spacy_model and not config.lines_are_sentences:
         check_spacy_model(config.spacy_model)
-    elif not config.lines_are_sentences:
-        log.info(SENTENCIZER_NOTICE)
     if "://" not in config.output_dir:
         check_writable(config.output_dir)
     return StartupInfo(vocab=vocab)
-
-
-# The one place our default differs from the Model Zoo's without a flag saying so: said once per run.
-SENTENCIZER_NOTICE = (
-    "sentences: spaCy's rule-based sentencizer (nothing to download); the Model Zoo's default is the "
-    "en_core_web_sm pipeline: pass --spacy_model en_core_web_sm to segment as it does"
-)
 
 
 def check_spacy_model(name: str) -> None:
