@@ -68,7 +68,10 @@ class Config:
     overlap_size: Optional[int] = None  # --mlm_only: tokens shared by consecutive windows; None: max_seq_length / 4
     buffer_size: int = 1_000_000  # --mlm_only: tokens of windows assembled and masked at once (memory bound)
     # --- runner ---
-    runner: str = "local"  # "local": process pool on this machine; "beam": an Apache Beam pipeline (docs/beam.md)
+    runner: str = "local"  # "local": process pool on this machine; "beam": an Apache Beam pipeline (docs/beam.md); "dask"
+    scheduler_address: str = ""  # --runner dask: tcp://HOST:PORT of a running scheduler ("" and no file: a LocalCluster)
+    scheduler_file: str = ""  # --runner dask: a scheduler file (dask-jobqueue, `dask scheduler --scheduler-file`)
+    dask_dashboard: bool = False  # --runner dask: serve the LocalCluster's dashboard (its link is logged)
 
     def __post_init__(self) -> None:
         """Defaults that depend on other settings, as the Model Zoo resolves them: with --mlm_only,
@@ -105,7 +108,8 @@ class Config:
 FIELD_NAMES = tuple(f.name for f in fields(Config))
 
 # Settings that do not change a single output byte: a resumed run may differ in these.
-NON_OUTPUT_SETTINGS = frozenset({"num_workers", "overwrite", "resume", "output_dir", "runner", "beam_options"})
+NON_OUTPUT_SETTINGS = frozenset({"num_workers", "overwrite", "resume", "output_dir", "runner", "beam_options",
+                                 "scheduler_address", "scheduler_file", "dask_dashboard"})
 
 
 def output_settings(config: "Config") -> Dict[str, Any]:
@@ -593,7 +597,7 @@ def _validate_objective(config: Config) -> None:
         )
 
 
-RUNNERS = ("local", "beam")
+RUNNERS = ("local", "beam", "dask")
 
 
 def _validate_runner(config: Config) -> None:
@@ -604,6 +608,12 @@ def _validate_runner(config: Config) -> None:
         raise ConfigError(
             "--resume is for the local runner; with --runner beam re-run the job (its output is deterministic)"
         )
+    if config.runner != "dask" and (config.scheduler_address or config.scheduler_file or config.dask_dashboard):
+        raise ConfigError("--scheduler_address/--scheduler_file/--dask_dashboard are for --runner dask; add it or drop them")
+    if config.scheduler_address and config.scheduler_file:
+        raise ConfigError("--scheduler_address and --scheduler_file name the same thing: give one")
+    if config.scheduler_address and "://" not in config.scheduler_address:
+        raise ConfigError(f"--scheduler_address {_short(config.scheduler_address)} needs a scheme: tcp://HOST:PORT")
     if config.runner == "beam" and (config.validation_fraction or config.validation_metadata_files):
         raise ConfigError(
             "--validation_fraction/--validation_metadata_files are for the local runner; with --runner beam, "

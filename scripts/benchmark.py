@@ -392,6 +392,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--compression", choices=("none", "gzip"), default="none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts, one result each")
+    parser.add_argument("--runner", choices=("local", "dask"), default="local",
+                        help="local: the process pool; dask: a LocalCluster of that many workers (its processes count)")
     parser.add_argument("--runs", type=int, default=3, help="measured runs per worker count (median reported)")
     parser.add_argument("--sample_ms", type=float, default=50.0, help="RSS sampling interval")
     parser.add_argument("--work_dir", default=None, help="where the replicated corpus and outputs go (default: a tmp dir)")
@@ -433,6 +435,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "num_workers": workers,
                     "output_dir": str(out_dir),
                     "input_format": info["input_format"],
+                    "runner": args.runner,
                 }
                 if args.group_bytes:
                     spec["group_bytes"] = _size(args.group_bytes)

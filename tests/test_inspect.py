@@ -577,7 +577,7 @@ def _without_manifest(tmp_path: Path, out: Path) -> Path:
 
 
 def test_real_mlm_only_output(tmp_path, corpus, capsys):
-    out, manifest = _create(tmp_path, corpus, "mlm", mlm_only=True)
+    out, manifest = _create(tmp_path, corpus, "mlm", mlm_only=True, allow_cross_document_examples=True)
     assert manifest["record_schema"] == "mlm_only" and manifest["windows_spanning_documents"] > 0
     capsys.readouterr()
     code, report, text, err = stats_json(capsys, tmp_path, out)

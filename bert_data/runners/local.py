@@ -109,6 +109,16 @@ def _process_in_worker(group_index: int, items: Sequence[WorkItem], work_dir: st
     return process_group(group_index, items, _WORKER_RESOURCES, work_dir)
 
 
+def _group_runner(config: Config):
+    """Who makes the groups: this machine's process pool, or a Dask cluster (everything else of a
+    run, plan, journal, assembly and manifest, is the same)."""
+    if config.runner == "dask":
+        from .dask import run_groups_dask
+
+        return run_groups_dask
+    return run_groups
+
+
 def run_groups(
     config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None
 ) -> Iterator[GroupResult]:
@@ -459,7 +469,7 @@ def _run_planned(
         todo = _planned_groups(config, spool_path, first_group)
         # closing(): on any exception here (Ctrl-C while appending, say) the pool is stopped now,
         # not whenever the generator happens to be collected (at exit, after the semaphores)
-        with contextlib.closing(run_groups(config, todo, attempt_dir, bytes_read)) as results:
+        with contextlib.closing(_group_runner(config)(config, todo, attempt_dir, bytes_read)) as results:
             for result in results:
                 assembler.append(result.fragment_path, result.segments)
                 _crash_point("appended", result.group_index)

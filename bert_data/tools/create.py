@@ -293,9 +293,14 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
         runner,
         "runner",
         f"'local': worker processes on this machine; 'beam': an Apache Beam pipeline, options after '--' "
-        f"(see docs/beam.md) (default {d.runner})",
-        choices=("local", "beam"),
+        f"(see docs/beam.md); 'dask': a dask.distributed cluster, or a LocalCluster of --num_workers processes "
+        f"(docs/cluster.md) (default {d.runner})",
+        choices=("local", "beam", "dask"),
     )
+    _flag(runner, "scheduler_address", "--runner dask: the scheduler of a running cluster, tcp://HOST:PORT (default: "
+          "start a LocalCluster)")
+    _flag(runner, "scheduler_file", "--runner dask: a scheduler file (dask-jobqueue, dask scheduler --scheduler-file)")
+    _bool_flag(runner, "dask_dashboard", "--runner dask: serve the LocalCluster's dashboard and log its link (default off)")
 
 
 def _split_pipeline_args(argv: Optional[Sequence[str]]):

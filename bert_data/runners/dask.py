@@ -1,0 +1,151 @@
+"""``--runner dask``: the local runner's groups, journal and shard assembly, with the groups made
+on a ``dask.distributed`` cluster instead of a process pool.
+
+Everything that decides the bytes is shared with :mod:`bert_data.runners.local`: the plan, the
+per-group function :func:`bert_data.group.process_group`, the in-order assembly with its journal
+(so ``--resume`` works unchanged), the manifest. Only who runs a group differs, so the shards are
+byte-identical to the local runner's for any number of Dask workers.
+
+* ``--scheduler_address tcp://HOST:PORT`` (or ``--scheduler_file F``, as dask-jobqueue and
+  ``dask scheduler --scheduler-file`` write it) runs on an existing cluster; without either, a
+  ``LocalCluster`` of ``--num_workers`` single-threaded worker processes on loopback, with no
+  dashboard unless ``--dask_dashboard``.
+* Workers write each group's fragment into the run's work directory and the coordinator appends
+  it, so every worker must see ``--output_dir`` at the same path (a shared file system on a real
+  cluster), as well as the documents and the vocabulary (docs/cluster.md).
+* A worker killed mid-group (kill -9, the OOM killer, a preempted node) loses only that task: the
+  scheduler runs it again elsewhere and, groups being deterministic, the bytes are the same. A
+  group that kills every worker it is given (``distributed.scheduler.allowed-failures`` times),
+  or a lost scheduler, ends the run with one line (exit 3); ``--resume`` continues from the journal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections import deque
+from typing import Dict, Iterable, Iterator, List, Tuple
+
+from ..config import Config
+from ..errors import BertDataError, ConfigError
+from ..group import GroupResult, Resources, build_resources, process_group
+from ..metadata import WorkItem
+
+log = logging.getLogger("bert_data")
+
+_RESOURCES: Dict[Config, Resources] = {}  # per worker process: built by the first group of a run
+
+
+class DaskRunnerError(BertDataError):
+    """The cluster failed the run (a lost scheduler, a group that kills every worker): resumable."""
+
+    exit_code = 3
+
+
+def _process_on_worker(config: Config, group_index: int, items: List[WorkItem], work_dir: str) -> GroupResult:
+    """One group on a Dask worker; the tokenizer and segmenter are built once per worker and run."""
+    resources = _RESOURCES.get(config)
+    if resources is None:
+        _RESOURCES.clear()  # a worker serves one run at a time: do not keep an earlier run's
+        resources = _RESOURCES[config] = build_resources(config)
+    _kill_once_hook(group_index)
+    return process_group(group_index, items, resources, work_dir)
+
+
+def _kill_once_hook(group_index: int) -> None:
+    """Test hook: ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` kills the worker making GROUP with
+    SIGKILL the first time (MARKER, a file, records that it happened), as the OOM killer would."""
+    target = os.environ.get("BERT_DATA_DASK_KILL_ONCE", "")
+    marker, _, group = target.rpartition(":")
+    if marker and group == str(group_index) and not os.path.exists(marker):
+        import signal
+
+        with open(marker, "w"):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _import_distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError(
+            "--runner dask needs dask.distributed: pip install 'bert_data[dask]'"
+        ) from None
+    return distributed
+
+
+@contextlib.contextmanager
+def dask_client(config: Config) -> Iterator[object]:
+    """A client of the cluster the flags name, or of a LocalCluster started (and stopped) here."""
+    distributed = _import_distributed()
+    cluster = None
+    try:
+        if config.scheduler_address:
+            client = distributed.Client(config.scheduler_address, timeout="30s", set_as_default=False)
+        elif config.scheduler_file:
+            client = distributed.Client(scheduler_file=config.scheduler_file, timeout="30s", set_as_default=False)
+        else:
+            cluster = distributed.LocalCluster(
+                n_workers=config.num_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=":0" if config.dask_dashboard else None, silence_logs=logging.ERROR,
+            )
+            client = distributed.Client(cluster, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        where = config.scheduler_address or config.scheduler_file or "a LocalCluster"
+        raise DaskRunnerError(f"--runner dask: cannot reach {where} ({exc}); check that the scheduler runs") from None
+    try:
+        if config.dask_dashboard and getattr(client, "dashboard_link", None):
+            log.warning("Dask dashboard: %s", client.dashboard_link)
+        yield client
+    finally:
+        with contextlib.suppress(Exception):
+            client.close(timeout=10)
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=10)
+
+
+def run_groups_dask(
+    config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None
+) -> Iterator[GroupResult]:
+    """Results in group order, as :func:`bert_data.runners.local.run_groups` gives them; at most
+    two groups per Dask worker thread are in flight, so the plan is read ahead boundedly.
+    (``bytes_read`` is not advanced: workers on other machines cannot reach it, so the progress
+    bar follows finished groups.)"""
+    distributed = _import_distributed()
+    with dask_client(config) as client:
+        threads = sum(client.nthreads().values()) or config.num_workers
+        pending: deque = deque()
+        try:
+            for group_index, items in groups:
+                future = client.submit(
+                    _process_on_worker, config, group_index, list(items), work_dir,
+                    key=f"bert_data-group-{group_index}-{os.getpid()}-{id(pending)}", pure=False,
+                )
+                pending.append((group_index, future))
+                if len(pending) >= 2 * threads:
+                    yield _result(pending.popleft(), distributed)
+            while pending:
+                yield _result(pending.popleft(), distributed)
+        finally:
+            for _, future in pending:
+                with contextlib.suppress(Exception):
+                    future.cancel()
+
+
+def _result(entry: Tuple[int, object], distributed) -> GroupResult:
+    group_index, future = entry
+    try:
+        return future.result()
+    except distributed.KilledWorker:
+        raise DaskRunnerError(
+            f"group {group_index} killed every Dask worker it was given (out of memory?); nothing was published: "
+            f"continue with --resume (same flags) after giving workers more memory or a smaller --group_bytes"
+        ) from None
+    except (OSError, TimeoutError, distributed.comm.CommClosedError) as exc:
+        raise DaskRunnerError(
+            f"lost the Dask scheduler while group {group_index} was being made ({type(exc).__name__}); nothing was "
+            f"published: continue with --resume (same flags)"
+        ) from None

@@ -1,0 +1,104 @@
+"""``--runner dask`` on a real multi-process ``LocalCluster`` (loopback): the shards and manifests
+are byte-identical to the local runner's (NSP, MLM-only, a validation split), a worker killed
+with SIGKILL mid-group costs a retry and nothing else, a killed coordinator resumes from the
+journal, an existing cluster is used by address, and an unreachable scheduler is one line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from bert_data.tools.create import main
+
+from conftest import base_args, write_corpus, write_vocab
+
+distributed = pytest.importorskip("distributed")
+
+IGNORED = {"num_workers", "runner", "output_dir", "scheduler_address", "scheduler_file", "dask_dashboard"}
+
+
+def outputs(out: Path) -> Dict[str, bytes]:
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.tfrecords"))}
+    assert files and any(files.values())
+    return files
+
+
+def manifests(out: Path) -> Dict[str, dict]:
+    found = {}
+    for path in sorted(out.rglob("data_params.json")):
+        data = json.loads(path.read_text())
+        found[str(path.relative_to(out))] = {k: v for k, v in data.items() if k not in IGNORED}
+    return found
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dask")
+    return {"metadata": write_corpus(root / "corpus", n_docs=24), "vocab": write_vocab(root / "vocab.txt")}
+
+
+def _args(corpus, out: Path, **extra):
+    return base_args(corpus["metadata"], corpus["vocab"], out, split_num=4, **extra)
+
+
+@pytest.mark.parametrize("objective", [
+    {},
+    {"mlm_only": True, "allow_cross_document_examples": True},
+    {"validation_fraction": 0.25},
+])
+def test_same_bytes_as_the_local_runner(corpus, tmp_path, objective):
+    assert main(_args(corpus, tmp_path / "local", num_workers=2, **objective)) == 0
+    assert main(_args(corpus, tmp_path / "dask", num_workers=2, runner="dask", **objective)) == 0
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")
+    assert manifests(tmp_path / "dask") == manifests(tmp_path / "local")
+
+
+def test_a_worker_killed_mid_group_is_retried_to_the_same_bytes(corpus, tmp_path, monkeypatch):
+    assert main(_args(corpus, tmp_path / "local", num_workers=1)) == 0
+    marker = tmp_path / "killed-once"
+    monkeypatch.setenv("BERT_DATA_DASK_KILL_ONCE", f"{marker}:2")  # the LocalCluster's workers inherit it
+    assert main(_args(corpus, tmp_path / "dask", num_workers=2, runner="dask")) == 0
+    assert marker.exists()  # a worker really was killed making group 2
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")
+
+
+def test_killed_coordinator_resumes_from_the_journal(corpus, tmp_path):
+    assert main(_args(corpus, tmp_path / "local", num_workers=1)) == 0
+    args = [sys.executable, "-m", "bert_data.tools.create", *_args(corpus, tmp_path / "dask", num_workers=2, runner="dask")]
+    killed = subprocess.run(args, env={**__import__("os").environ, "BERT_DATA_CRASH_AT": "checkpointed:2"},
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (tmp_path / "dask" / "data_params.json").exists()
+    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")
+
+
+def test_an_existing_cluster_by_address_and_an_unreachable_one(corpus, tmp_path, capsys):
+    assert main(_args(corpus, tmp_path / "local", num_workers=1)) == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        assert main(_args(corpus, tmp_path / "dask", runner="dask", scheduler_address=address)) == 0
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")
+    capsys.readouterr()
+    code = main(_args(corpus, tmp_path / "gone", runner="dask", scheduler_address=address))  # closed now
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and len(err) == 1 and err[0].startswith("create_tfrecords: error: --runner dask: cannot reach")
+    assert not list((tmp_path / "gone").glob("*.tfrecords"))
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"scheduler_address": "tcp://127.0.0.1:1"}, "are for --runner dask"),
+    ({"runner": "dask", "scheduler_address": "127.0.0.1:8786"}, "needs a scheme"),
+])
+def test_dask_flags_are_checked_up_front(corpus, tmp_path, capsys, extra, words):
+    assert main(_args(corpus, tmp_path / "out", **extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
