@@ -62,7 +62,8 @@ class Config:
     # --- training objective (MLM-only / SOP) ---
     mlm_only: bool = False  # windows of [CLS] ... [SEP], masked-LM features only (no segment_ids / NSP label)
     sentence_order_prediction: bool = False  # ALBERT SOP: next_sentence_labels 1 = A and B swapped
-    disable_masking: bool = False  # --mlm_only: store unmasked ids (input_ids, input_mask); mask in the reader
+    disable_masking: bool = False  # --mlm_only: store unmasked windows; mask in the reader
+    unmasked_format: str = "tokens"  # --disable_masking: "tokens" (the Model Zoo's SequenceExample of WordPieces) or "ids"
     allow_cross_document_examples: bool = False  # --mlm_only: windows may span documents (never groups); Model Zoo default
     document_separator_token: str = "[SEP]"  # --mlm_only: vocabulary token put between documents
     overlap_size: Optional[int] = None  # --mlm_only: tokens shared by consecutive windows; None: max_seq_length / 4
@@ -318,6 +319,13 @@ def build_config(
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
     values = {k: _coerce(k, v) for k, v in values.items()}
     config = base.replace(**values) if base is not None else Config(**values)  # dependent defaults see the final values
+    if config.disable_masking and config.unmasked_format == "tokens" and config.dupe_factor != 1:
+        import logging
+
+        logging.getLogger("bert_data").warning(
+            "--disable_masking writes each window once, as the Model Zoo does (masks are drawn by the reader): "
+            "--dupe_factor %s is taken as 1", config.dupe_factor)
+        config = config.replace(dupe_factor=1)
     validate(config, require_inputs=require_inputs)
     return config
 
@@ -549,6 +557,10 @@ def _validate_objective(config: Config) -> None:
             "--disable_masking needs --mlm_only: only MLM-only records can be stored unmasked (mask them in the "
             "reader with bert_data.pretraining_dataset(..., dynamic_masking=True))"
         )
+    if config.unmasked_format not in UNMASKED_FORMATS:
+        raise ConfigError(f"--unmasked_format must be one of {', '.join(UNMASKED_FORMATS)}, got {_short(config.unmasked_format)}")
+    if config.unmasked_format != "tokens" and not config.disable_masking:
+        raise ConfigError("--unmasked_format only applies with --disable_masking; drop it")
     if config.disable_masking and config.mask_whole_word:
         raise ConfigError(
             "--mask_whole_word has no effect with --disable_masking (nothing is masked when writing): drop it and "
@@ -598,6 +610,7 @@ def _validate_objective(config: Config) -> None:
 
 
 RUNNERS = ("local", "beam", "dask")
+UNMASKED_FORMATS = ("tokens", "ids")  # --disable_masking: the Model Zoo's token strings, or our int64 ids
 
 
 def _validate_runner(config: Config) -> None:

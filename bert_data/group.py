@@ -276,6 +276,26 @@ def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources,
     return tokenized.group
 
 
+def _token_sequence_encoder(resources: Resources):
+    """``features -> payloads`` writing the Model Zoo's SequenceExample of WordPiece strings
+    (``--disable_masking``, ``--unmasked_format tokens``); its per-id bytes are made once per worker."""
+    from .format.records import serialize_token_sequences, token_sequence_elements
+
+    elements = getattr(resources, "_token_elements", None)
+    if elements is None:
+        vocab = resources.tokenizer.vocab
+        tokens = [""] * len(vocab)
+        for token, index in vocab.items():
+            tokens[index] = token
+        elements = token_sequence_elements(tokens)
+        object.__setattr__(resources, "_token_elements", elements)
+
+    def encode(features):
+        return serialize_token_sequences(features["input_ids"], features["input_mask"], elements)
+
+    return encode
+
+
 def _passes(
     group_index: int, unit: int, group: TokenizedGroup, resources: Resources, clock: StageClock
 ) -> Iterator[Tuple[InstancePass, Tuple[Tuple[str, str], ...]]]:
@@ -288,6 +308,8 @@ def _passes(
         streams = build_streams(group, resources.separator_id if config.allow_cross_document_examples else None)
         options = WindowOptions(config.overlap_size, max(1, config.buffer_size // config.max_seq_length))
         order = feature_order(UNMASKED_FEATURES if config.disable_masking else MLM_ONLY_FEATURES)
+        if config.disable_masking and config.unmasked_format == "tokens":
+            order = _token_sequence_encoder(resources)
     else:
         order = feature_order(NSP_FEATURES)
     for dupe_pass in range(config.dupe_factor):

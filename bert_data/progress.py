@@ -220,6 +220,9 @@ def _next_steps(manifest: Any) -> str:
     directory = str(manifest["output_dir"])
     pattern = _join(directory, f"{manifest.get('name', 'examples')}-*.tfrecords")
     check = f"inspect_tfrecords {directory} --stats"
+    if manifest.get("record_schema") == "unmasked_tokens":
+        return (f"next: train with the Model Zoo's BertMlmOnlyTfRecordsDynamicMaskProcessor (data_dir: {directory}); "
+                f"these token-string records are not read by inspect_tfrecords or bert_data's reader")
     if manifest.get("record_schema", "nsp") in ("nsp", "sop"):
         train = (f"run_pretraining.py --input_file='{pattern}' --max_seq_length={manifest['max_seq_length']} "
                  f"--max_predictions_per_seq={manifest['max_predictions_per_seq']}")

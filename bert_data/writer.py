@@ -73,7 +73,9 @@ class FragmentWriter:
     ) -> None:
         """Serialize one batch (rows already in output order) into per-shard segments."""
         started = time.perf_counter()
-        payloads = serialize_examples(features, order)  # once per batch: per-call overhead is not small
+        # once per batch: per-call overhead is not small. ``order`` is the features' order, or for
+        # records that are not tf.train.Examples (the Model Zoo's token sequences) their encoder
+        payloads = order(features) if callable(order) else serialize_examples(features, order)
         self.seconds["serialize"] = self.seconds.get("serialize", 0.0) + time.perf_counter() - started
         for shard in range(num_shards):
             rows = np.flatnonzero(shard_of_row == shard)

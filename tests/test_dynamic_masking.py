@@ -110,7 +110,7 @@ def unmasked(tmp_path_factory):
     root = tmp_path_factory.mktemp("dyn")
     metadata, vocab = write_corpus(root / "c", n_docs=10), write_vocab(root / "vocab.txt")
     out = root / "out"
-    assert cli.main(base_args(metadata, vocab, out, mlm_only=True, disable_masking=True, dupe_factor=1,
+    assert cli.main(base_args(metadata, vocab, out, mlm_only=True, disable_masking=True, unmasked_format="ids", dupe_factor=1,
                               num_output_files=2, max_seq_length=SEQ, max_predictions_per_seq=PRED)) == 0
     return out, vocab
 

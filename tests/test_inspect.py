@@ -604,7 +604,7 @@ def test_real_mlm_only_output(tmp_path, corpus, capsys):
 
 
 def test_real_unmasked_output(tmp_path, corpus, capsys):
-    out, manifest = _create(tmp_path, corpus, "raw", mlm_only=True, disable_masking=True)
+    out, manifest = _create(tmp_path, corpus, "raw", mlm_only=True, disable_masking=True, unmasked_format="ids")
     assert manifest["record_schema"] == "unmasked"
     capsys.readouterr()
     code, report, text, err = stats_json(capsys, tmp_path, out)

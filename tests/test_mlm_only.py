@@ -79,7 +79,7 @@ def locate_windows(examples, streams, separator) -> Dict[int, List[Tuple[int, in
 
 @pytest.mark.parametrize("overlap, cross", [(0, True), (5, True), (3, False)])
 def test_windows_cover_each_stream_in_order_with_overlap(corpus, tmp_path, overlap, cross):
-    manifest = run(corpus, tmp_path / "out", overlap_size=overlap, allow_cross_document_examples=cross, disable_masking=True)
+    manifest = run(corpus, tmp_path / "out", overlap_size=overlap, allow_cross_document_examples=cross, disable_masking=True, unmasked_format="ids")
     examples = read_examples(tmp_path / "out")
     assert {frozenset(ex) for ex in examples} == {frozenset({"input_ids", "input_mask"})}
     streams = group_streams(corpus, SEP, cross)
@@ -164,15 +164,15 @@ def test_byte_identical_reruns_any_worker_count_and_buffer(corpus, tmp_path):
         first = (tmp_path / "a" / name).read_bytes()
         assert first == (tmp_path / "b" / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
     # --buffer_size only batches the work: the unmasked windows are the same multiset
-    small = run(corpus, tmp_path / "small", disable_masking=True, buffer_size=SEQ * 2, **extra)
-    large = run(corpus, tmp_path / "large", disable_masking=True, **extra)
+    small = run(corpus, tmp_path / "small", disable_masking=True, unmasked_format="ids", buffer_size=SEQ * 2, **extra)
+    large = run(corpus, tmp_path / "large", disable_masking=True, unmasked_format="ids", **extra)
     rows = lambda out: sorted(tuple(ex["input_ids"].tolist()) for ex in read_examples(out))  # noqa: E731
     assert rows(tmp_path / "small") == rows(tmp_path / "large")
     assert small["n_examples"] == large["n_examples"]
 
 
 def test_short_windows_and_overlap_respected(corpus, tmp_path):
-    run(corpus, tmp_path / "out", overlap_size=4, short_seq_prob=0.5, min_short_seq_length=2, disable_masking=True)
+    run(corpus, tmp_path / "out", overlap_size=4, short_seq_prob=0.5, min_short_seq_length=2, disable_masking=True, unmasked_format="ids")
     streams = group_streams(corpus, SEP, True)
     windows = locate_windows(read_examples(tmp_path / "out"), streams, SEP)
     lengths = []

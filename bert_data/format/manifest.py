@@ -23,12 +23,16 @@ from .. import __version__
 from ..errors import RecordFormatError, plural
 from .checks import is_masked, layout_names, layout_specs
 from .records import natural_key
-from .schema import SCHEMAS, feature_length, objective_schema, schema_description, schema_from_names
+from .schema import (
+    SCHEMAS, TOKEN_SEQUENCES, TOKEN_SEQUENCES_DESCRIPTION, feature_length, objective_schema, schema_description,
+    schema_from_names,
+)
 
 MANIFEST_NAME = "data_params.json"
 
 # The objective each record layout trains, as recorded under "objective".
-OBJECTIVE_OF_LAYOUT = {"nsp": "mlm+nsp", "sop": "mlm+sop", "mlm_only": "mlm_only", "unmasked": "mlm_only"}
+OBJECTIVE_OF_LAYOUT = {"nsp": "mlm+nsp", "sop": "mlm+sop", "mlm_only": "mlm_only", "unmasked": "mlm_only",
+                       "unmasked_tokens": "mlm_only"}
 
 
 def file_sha256(path: str) -> str:
@@ -111,12 +115,14 @@ def build_manifest(settings: Mapping[str, Any], stats: Counter, per_shard: Dict[
 
 def _objective_fields(settings: Mapping[str, Any], stats: Counter) -> Dict[str, Any]:
     """Manifest keys of the training objective: the mode and the schema actually written."""
-    name = objective_schema(settings["mlm_only"], settings["sentence_order_prediction"], settings["disable_masking"])
+    name = objective_schema(settings["mlm_only"], settings["sentence_order_prediction"], settings["disable_masking"],
+                            settings.get("unmasked_format", "ids"))
     out: Dict[str, Any] = {
         "objective": OBJECTIVE_OF_LAYOUT[name],
         "masking": "none (mask in the reader)" if settings["disable_masking"] else "static",
         "record_schema": name,
-        "schema": schema_description(settings["max_seq_length"], settings["max_predictions_per_seq"], SCHEMAS[name]),
+        "schema": TOKEN_SEQUENCES_DESCRIPTION if name == TOKEN_SEQUENCES else schema_description(
+            settings["max_seq_length"], settings["max_predictions_per_seq"], SCHEMAS[name]),
     }
     if settings["sentence_order_prediction"]:
         out["sop_single_segment_chunks"] = stats["sop_single_segment_chunks"]
@@ -208,6 +214,12 @@ def manifest_layout(manifest: Manifest) -> Tuple[Optional[str], str, Optional[st
     d = manifest.data
     problem = None
     named = d.get("record_schema")
+    if named == TOKEN_SEQUENCES:
+        raise ManifestError(
+            f"{manifest.path}: the records are the Cerebras Model Zoo's SequenceExamples of WordPiece strings "
+            f"(--disable_masking --unmasked_format tokens), read by its BertMlmOnlyTfRecordsDynamicMaskProcessor; "
+            f"bert_data reads --unmasked_format ids records"
+        )
     if named is not None:
         if isinstance(named, str) and named in SCHEMAS:
             return named, f"record_schema in {manifest.path}", None

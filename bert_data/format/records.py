@@ -66,6 +66,8 @@ from bert_data.errors import RecordFormatError
 
 __all__ = [
     "serialize_examples",
+    "serialize_token_sequences",
+    "token_sequence_elements",
     "frame_records",
     "iter_records",
     "parse_example",
@@ -251,6 +253,36 @@ def _merge_consts(tokens: List[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
         else:
             merged.append(tok)
     return merged
+
+
+def token_sequence_elements(tokens: Sequence[str]) -> List[bytes]:
+    """Per vocabulary id, the bytes that id adds to a ``tokens`` FeatureList: one ``Feature``
+    holding a one-value ``BytesList`` with the token's UTF-8 (precomputed once per worker)."""
+    out = []
+    for token in tokens:
+        text = token.encode("utf-8")
+        bytes_list = b"\x0a" + _varint_bytes(len(text)) + text
+        feature = b"\x0a" + _varint_bytes(len(bytes_list)) + bytes_list
+        out.append(b"\x0a" + _varint_bytes(len(feature)) + feature)
+    return out
+
+
+_TOKENS_KEY = b"\x0a\x06tokens"  # the map entry's key field: "tokens"
+
+
+def serialize_token_sequences(input_ids: np.ndarray, input_mask: np.ndarray, elements: Sequence[bytes]) -> List[bytes]:
+    """The Cerebras Model Zoo's ``--disable_masking`` records: per row, a ``tf.train.SequenceExample``
+    with no context and ``feature_lists {"tokens": [one bytes Feature per WordPiece]}`` of the row's
+    real tokens (``[CLS] ... [SEP]``, no padding), byte-identical to TensorFlow's deterministic
+    serialization (tests/test_unmasked_tokens.py)."""
+    lengths = input_mask.sum(axis=1).tolist()
+    out = []
+    for ids, n in zip(input_ids.tolist(), lengths):
+        feature_list = b"".join([elements[i] for i in ids[:n]])
+        entry = _TOKENS_KEY + b"\x12" + _varint_bytes(len(feature_list)) + feature_list
+        lists = b"\x0a" + _varint_bytes(len(entry)) + entry
+        out.append(b"\x12" + _varint_bytes(len(lists)) + lists)
+    return out
 
 
 def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]]) -> List[bytes]:

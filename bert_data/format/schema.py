@@ -71,10 +71,27 @@ SCHEMAS: Dict[str, Tuple[FeatureSpec, ...]] = {
 }
 
 
-def objective_schema(mlm_only: bool, sentence_order_prediction: bool, disable_masking: bool) -> str:
-    """Name (a key of :data:`SCHEMAS`) of the records a run with these settings writes."""
+# Not a tf.train.Example: the Cerebras Model Zoo's --disable_masking records, a SequenceExample
+# whose feature_lists["tokens"] holds the window's WordPiece strings ([CLS] ... [SEP], no padding),
+# read by its BertMlmOnlyTfRecordsDynamicMaskProcessor. Written with --unmasked_format tokens.
+TOKEN_SEQUENCES = "unmasked_tokens"
+TOKEN_SEQUENCES_DESCRIPTION = {
+    "tokens": {
+        "dtype": "string", "length": "variable: the window's real tokens, at most max_seq_length",
+        "description": "tf.train.SequenceExample feature_lists['tokens']: one bytes Feature per WordPiece, "
+                       "[CLS] window [SEP], unpadded (the Model Zoo's --disable_masking records)",
+    }
+}
+
+
+def objective_schema(mlm_only: bool, sentence_order_prediction: bool, disable_masking: bool,
+                     unmasked_format: str = "ids") -> str:
+    """Name (a key of :data:`SCHEMAS`, or :data:`TOKEN_SEQUENCES`) of the records a run with these
+    settings writes."""
     if mlm_only:
-        return "unmasked" if disable_masking else "mlm_only"
+        if disable_masking:
+            return TOKEN_SEQUENCES if unmasked_format == "tokens" else "unmasked"
+        return "mlm_only"
     return "sop" if sentence_order_prediction else "nsp"
 
 

@@ -351,7 +351,11 @@ def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
         "ALBERT sentence-order prediction: B is A's true continuation, swapped with probability 0.5 "
         "(next_sentence_labels 1 = swapped)",
     )
-    _bool_flag(obj, "disable_masking", "with --mlm_only: store unmasked input_ids/input_mask; mask dynamically in the reader")
+    _bool_flag(obj, "disable_masking", "with --mlm_only: store the windows unmasked, once (--dupe_factor is taken as 1 "
+               "with --unmasked_format tokens); mask dynamically in the reader")
+    _flag(obj, "unmasked_format", "with --disable_masking: 'tokens', the Model Zoo's SequenceExample of WordPiece strings "
+          "for its dynamic-masking reader (default), or 'ids', int64 input_ids/input_mask for "
+          "bert_data.pretraining_dataset(dynamic_masking=True)", choices=("tokens", "ids"))
     _bool_flag(
         obj,
         "allow_cross_document_examples",
