@@ -231,3 +231,18 @@ def test_unknown_beam_runner_is_one_line_and_touches_nothing(tmp_path, capsys) -
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("create_tfrecords: error: Beam option --runner Nope: Unexpected")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--direct_num_worker", "2"], "unknown Beam pipeline option --direct_num_worker (after --); did you mean --direct_num_workers?"),
+    (["--no_such_option=1"], "unknown Beam pipeline option --no_such_option (after --)"),
+])
+def test_unknown_beam_pipeline_option_is_one_line_and_touches_nothing(tmp_path, capsys, extra, expected) -> None:
+    """Beam itself drops an option it does not know and runs on: a typo would silently run with
+    the default. Here it is one line, before anything is written."""
+    metadata, vocab = write_corpus(tmp_path / "c", n_docs=3), write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    assert main(base_args(metadata, vocab, out, runner="beam") + ["--", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"create_tfrecords: error: {expected}")
+    assert not out.exists()

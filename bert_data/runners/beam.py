@@ -345,6 +345,7 @@ def pipeline_options(config: Config, pipeline_args: Sequence[str]):
     DirectRunner in multi-processing mode with ``--num_workers`` processes."""
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions
 
+    _check_known_options(pipeline_args)
     options = PipelineOptions(list(pipeline_args))
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
@@ -361,6 +362,30 @@ def pipeline_options(config: Config, pipeline_args: Sequence[str]):
             if not any(a.startswith("--default_sdk_harness_log_level") for a in pipeline_args):
                 options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
     return options
+
+
+def _check_known_options(pipeline_args: Sequence[str]) -> None:
+    """A pipeline option no Beam options class defines is one line (Beam itself drops it with a
+    log warning and runs on: ``--num_worker 64`` would silently run with the default)."""
+    import difflib
+
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    seen = {}
+    for cls in PipelineOptions.__subclasses__():
+        seen.setdefault(str(cls), cls)
+    for cls in seen.values():
+        cls._add_argparse_args(parser)  # the options Beam knows, as PipelineOptions.get_all_options builds them
+    _, unknown = parser.parse_known_args(list(pipeline_args))
+    flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
+    if flags:
+        known = [o for action in parser._actions for o in action.option_strings]
+        close = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.7)
+        hint = f"; did you mean {close[0]}?" if close else "; see the Beam runner's pipeline options (docs/beam.md)"
+        raise ConfigError(f"unknown Beam pipeline option {flags[0]} (after --){hint}")
+    if unknown:
+        raise ConfigError(f"unexpected Beam pipeline argument {unknown[0]!r} (after --): options are --name=value")
 
 
 def _check_runner(name: str) -> None:
