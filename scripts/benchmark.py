@@ -356,6 +356,18 @@ def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object
     return result
 
 
+def time_inspect(out_dir: Path, workers: int) -> float:
+    """Wall seconds of ``inspect_tfrecords OUT --stats`` as a user runs it (a whole process);
+    exits the benchmark if it does not pass."""
+    cmd = [sys.executable, "-m", "bert_data.tools.inspect", str(out_dir), "--stats", "--quiet", "--num_workers", str(workers)]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark: inspect_tfrecords failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return seconds
+
+
 def _summary(values: Sequence[float]) -> Dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -369,6 +381,11 @@ def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
     out["stage_seconds"] = {s: statistics.median(r["stage_seconds"][s] for r in runs) for s in STAGES}
     for k in ("input_bytes", "output_bytes", "documents_read", "instances", "groups", "max_processes"):
         out[k] = runs[0][k] if k != "max_processes" else max(r[k] for r in runs)
+    if "inspect_wall_s" in runs[0]:
+        out["inspect_wall_s"] = {w: _summary([r["inspect_wall_s"][w] for r in runs]) for w in runs[0]["inspect_wall_s"]}
+        out["inspect_speedup"] = {
+            w: _summary([r["process_wall_s"] / r["inspect_wall_s"][w] for r in runs]) for w in runs[0]["inspect_wall_s"]
+        }
     out["runs"] = runs
     return out
 
@@ -395,6 +412,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--runner", choices=("local", "dask"), default="local",
                         help="local: the process pool; dask: a LocalCluster of that many workers (its processes count)")
     parser.add_argument("--runs", type=int, default=3, help="measured runs per worker count (median reported)")
+    parser.add_argument("--inspect", type=int, nargs="*", metavar="WORKERS", default=None,
+                        help="after each run, time `inspect_tfrecords OUT --stats` on its output with each of these "
+                             "--num_workers (default: 1 and every core) and report it against the run's wall time")
     parser.add_argument("--sample_ms", type=float, default=50.0, help="RSS sampling interval")
     parser.add_argument("--work_dir", default=None, help="where the replicated corpus and outputs go (default: a tmp dir)")
     parser.add_argument("--json", dest="json_out", help="write every run and the summary to this JSON file")
@@ -440,6 +460,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if args.group_bytes:
                     spec["group_bytes"] = _size(args.group_bytes)
                 result = measure_once(spec, args.sample_ms / 1000.0)
+                if args.inspect is not None:
+                    result["inspect_wall_s"] = {
+                        str(w): time_inspect(out_dir, w) for w in (args.inspect or [1, os.cpu_count() or 1])
+                    }
                 shutil.rmtree(out_dir, ignore_errors=True)
                 runs.append(result)
                 print(
@@ -449,6 +473,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     f"others used {result['other_cores']:.1f} cores",
                     flush=True,
                 )
+                for w, seconds in result.get("inspect_wall_s", {}).items():
+                    print(
+                        f"    inspect --stats, {w} worker(s): {seconds:.2f} s, "
+                        f"{result['process_wall_s'] / seconds:.1f}x faster than the run wrote it "
+                        f"({result['process_wall_s']:.2f} s, both whole processes)",
+                        flush=True,
+                    )
             results[workers] = summarize(runs)
         base = results.get(1)
         for workers, summary in results.items():
@@ -500,6 +531,11 @@ def report(results: Dict[int, Dict[str, object]]) -> None:
             print(
                 f"  efficiency     {s['parallel_efficiency']:.2f}  (MB/s at N / (N x MB/s at 1); "
                 f"CPU used is {s['cpu_ratio_vs_1']:.2f}x that of 1 worker)"
+            )
+        for w, seconds in s.get("inspect_wall_s", {}).items():
+            print(
+                f"  inspect --stats {fmt(seconds, 2)} s with {w} worker(s): "
+                f"{fmt(s['inspect_speedup'][w], 1)}x faster than this run wrote the records"
             )
         shares = ", ".join(f"{k} {v * 100:.1f}%" for k, v in s["stage_share"].items())
         print(f"  stage shares   {shares}")

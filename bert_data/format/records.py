@@ -856,36 +856,35 @@ def _cut_frames(data: bytes, valid_crcs: Dict[int, int]) -> Tuple[np.ndarray, np
     header CRC checks out, so a damaged length never makes the caller read past the damage."""
     size = len(data)
     unpack64 = _U64.unpack_from
+    crc = crc32c
     frames: List[int] = []
-    sizes: List[int] = []
-    pos = 0
-    while pos + 12 <= size:
-        (length,) = unpack64(data, pos)
-        stop = pos + 16 + length
+    crcs: List[int] = []
+    add_frame, add_crc = frames.append, crcs.append
+    pos, last_head = 0, size - 12
+    while pos <= last_head:  # the one per-frame loop: walk, and each payload's CRC (a C call)
+        stop = pos + 16 + unpack64(data, pos)[0]
         if stop > size:
             break
-        frames.append(pos)
-        sizes.append(length)
+        add_frame(pos)
+        add_crc(crc(data[pos + 12 : stop - 4]))
         pos = stop
     bad = False
     if pos + 12 <= size and not _looks_like_frame_header(data[pos : pos + 12]):
         bad = True  # the incomplete frame at the end is damaged: do not read on for it
     u8 = np.frombuffer(data, np.uint8)
     heads = np.asarray(frames, np.int64)
-    lengths = np.asarray(sizes, np.int64)
+    starts = heads + 12
+    lengths = np.diff(heads, append=pos) - 16
     header_crcs = _gather4(u8, heads + 8)
     distinct, which = np.unique(lengths, return_inverse=True)
     for length in distinct.tolist():
         if length not in valid_crcs:
             valid_crcs[length] = masked_crc32c(_U64.pack(length))
     good = header_crcs == np.array([valid_crcs[v] for v in distinct.tolist()], np.uint32)[which.reshape(-1)]
-    starts = heads + 12
-    stops = starts + lengths
-    crc = crc32c
     if len(frames):
-        computed = np.fromiter((crc(data[a:b]) for a, b in zip(starts.tolist(), stops.tolist())), np.uint64, len(frames))
+        computed = np.asarray(crcs, np.uint64)
         masked = (((computed >> np.uint64(15)) | (computed << np.uint64(17))) + np.uint64(_MASK_DELTA)) & np.uint64(0xFFFFFFFF)
-        good &= masked.astype(np.uint32) == _gather4(u8, stops)
+        good &= masked.astype(np.uint32) == _gather4(u8, starts + lengths)
     if not good.all():
         first_bad = int(np.argmin(good))
         return starts[:first_bad], lengths[:first_bad], int(heads[first_bad]), True
@@ -1192,19 +1191,21 @@ def _lengths_agree(block: np.ndarray, columns: List[Tuple[int, int]], at: np.nda
     return ok
 
 
-_SHORT_MASKS = np.array([0, 0x7F, 0x3FFF, 0x1FFFFF, 0xFFFFFFF], np.uint32)  # the value bits of 1-4 bytes
+_SHORT_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], np.uint32)  # the bytes of a 1-4 byte varint
 
 
 def _short_varints(flat: np.ndarray, begins: np.ndarray, size: np.ndarray, small: bool) -> np.ndarray:
-    """Varints of at most 4 bytes starting at ``begins`` of ``flat`` (with 3 bytes to spare
-    after the last): the 7-bit groups of the first ``max(size)`` bytes at each start packed
-    together unconditionally, then the groups past each varint's own ``size`` masked off."""
-    value = (flat[begins] & 0x7F).astype(np.uint32)
-    index = begins.copy()
-    for j in range(1, int(size.max(initial=1))):
-        index += 1
-        value |= (flat[index] & 0x7F).astype(np.uint32) << np.uint32(7 * j)
-    value &= _SHORT_MASKS[size]
+    """Varints of at most 4 bytes starting at ``begins`` of the contiguous ``flat`` (with 3
+    bytes to spare after the last): each varint's 4 bytes taken as one little-endian word
+    (one ``np.take`` from an unaligned view, 2-3x faster than a gather per byte), the bytes
+    past its own ``size`` masked off, then its four 7-bit groups shifted together."""
+    words = np.ndarray(shape=(len(flat) - 3,), dtype="<u4", buffer=flat, strides=(1,))
+    word = np.take(words, begins)
+    word &= np.take(_SHORT_MASKS, size)
+    value = word & 0x7F
+    for group in (0x3F80, 0x1FC000, 0xFE00000):
+        word >>= 1
+        value |= word & group
     return value.view(np.int32) if small else value.astype(np.int64)
 
 

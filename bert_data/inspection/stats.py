@@ -25,7 +25,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import RecordFormatError
-from ..format.checks import check_records, is_masked, is_paired, layout_names, layout_specs, structure_problem
+from ..format.checks import (
+    KIND_SPECIAL,
+    KIND_UNK,
+    CleanBatch,
+    check_records,
+    clean_batch,
+    is_masked,
+    is_paired,
+    layout_names,
+    layout_specs,
+    structure_problem,
+    token_kind_table,
+)
 from ..format.manifest import verify_manifest
 from ..format.records import RecordBatch, decode_examples, iter_record_batches, parse_example
 from ..format.schema import feature_length
@@ -47,7 +59,6 @@ __all__ = [
 MAX_REASONS = 10  # bad records quoted in the report (all are counted)
 
 Progress = Callable[[int, int], None]  # (records, file bytes) read since the last call
-_SPECIAL, _UNK = 1, 2  # token kinds (Accumulator._token_kinds)
 
 
 _HEAP_PAD = 256 << 20
@@ -151,6 +162,11 @@ class Accumulator:
             assert layout is not None
             names = layout_names(layout)
             batch = rows[0] if len(rows) == 1 else {n: np.concatenate([r[n] for r in rows]) for n in names}
+            if not bad and self.vocab is not None:
+                clean = clean_batch(batch, self.vocab, self._token_kinds(layout, separator_id), layout, separator_id)
+                if clean is not None:  # every record valid: proven in a few passes
+                    self.add_clean(clean, layout, batch)
+                    return
             checks = check_records(batch, self.vocab, layout, separator_id)
             bad_any = np.zeros(len(index), bool)
             for bad_rows, _ in checks:
@@ -193,25 +209,29 @@ class Accumulator:
             orig_ids[rows[prefix], pos[prefix]] = original
         run = mask == 1
         kind = self._token_kinds(layout, separator_id)[orig_ids]  # valid rows: every id is in the vocabulary
-        self.real_tokens += int(np.count_nonzero(run & (kind != _SPECIAL)))
-        self.unk_tokens += int(np.count_nonzero(run & (kind == _UNK)))
+        self.real_tokens += int(np.count_nonzero(run & ((kind & KIND_SPECIAL) == 0)))
+        self.unk_tokens += int(np.count_nonzero(run & (kind == KIND_UNK)))
 
     def _token_kinds(self, layout: str, separator_id: Optional[int]) -> np.ndarray:
-        """Token id -> :data:`_SPECIAL`, :data:`_UNK` or 0: one lookup instead of comparisons
-        with each special id. [PAD] [CLS] [SEP] [MASK] are special, and so is the MLM-only
-        document separator (unless it is [UNK] itself)."""
-        v = self.vocab
-        assert v is not None
+        """:func:`token_kind_table` of the vocabulary, layout and separator (made once per key)."""
+        assert self.vocab is not None
         key = (layout, separator_id)
         if self._kinds_key != key:
-            kinds = np.zeros(v.size, np.uint8)
-            kinds[v.unk] = _UNK
-            specials = [v.pad, v.cls, v.sep, v.mask]
-            if not is_paired(layout) and separator_id is not None and separator_id != v.unk:
-                specials.append(separator_id)
-            kinds[specials] = _SPECIAL
-            self._kinds, self._kinds_key = kinds, key
+            self._kinds, self._kinds_key = token_kind_table(self.vocab, layout, separator_id), key
         return self._kinds
+
+    def add_clean(self, clean: CleanBatch, layout: str, batch: Dict[str, np.ndarray]) -> None:
+        """Accumulate a batch :func:`clean_batch` proved valid (what :meth:`_accumulate` adds)."""
+        self.valid += len(clean.real)
+        self.len_hist = _grow_add(self.len_hist, np.bincount(clean.real, minlength=batch["input_ids"].shape[1] + 1))
+        if is_masked(layout):
+            slots = batch["masked_lm_positions"].shape[1]
+            self.pred_hist = _grow_add(self.pred_hist, np.bincount(clean.predictions, minlength=slots + 1))
+        if clean.labels is not None:
+            self.labels[layout] += np.bincount(clean.labels, minlength=2)[:2]
+        self.composition += clean.composition
+        self.real_tokens += clean.real_tokens
+        self.unk_tokens += clean.unk_tokens
 
 
 # --------------------------------------------------------------------------------------------
