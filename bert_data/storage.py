@@ -1,13 +1,19 @@
 """Storage: local paths and remote URLs behind one small interface.
 
-Every file that may be a URL goes through here: the Beam runner's metadata, documents, work
-directory, shards and manifest, and the manifest written by any runner. A path may be a local one
-or a URL with a scheme (``gs://``, ``s3://``, ``hdfs://``, ...). The local runner's work directory
-(fragments, partial shards, journal: :mod:`bert_data.writer`) is local by design: it appends
-with kernel copies and fsyncs, which object stores cannot do.
-Local paths use the operating system directly (fsync before rename where a crash must not
-lose what a journal claims); URLs go through Apache Beam's ``FileSystems`` (installed with
-the ``beam`` extra), which is only imported when a URL is actually used.
+Every file that may be a URL goes through here: metadata, documents, the work directory of a
+run whose ``--output_dir`` is a URL (fragments, the journal of finished groups), shards and the
+manifest, for every runner. A path is a local one or a URL with a scheme (``s3://``, ``gs://``,
+``file://``, ``hdfs://``, ...). A local ``--output_dir`` keeps the local runner's work directory
+(partial shards appended with kernel copies and fsyncs: :mod:`bert_data.writer`), which object
+stores cannot do; a URL ``--output_dir`` gets the object-store layout of
+:mod:`bert_data.runners.remote` (the Beam runner's layout).
+
+Local paths use the operating system directly (fsync before rename where a crash must not lose
+what a journal claims). URLs go through fsspec (installed with the ``dask`` extra; ``s3://``
+needs ``s3fs``, ``gs://`` needs ``gcsfs``, ...); a scheme fsspec does not know falls back to
+Apache Beam's ``FileSystems`` (the ``beam`` extra: ``gs://`` with ``apache-beam[gcp]``, and file
+systems registered with Beam). A URL whose file system is not installed is one line naming the
+package to install (:class:`StorageError`, exit 2), raised where the URL is first used.
 
 Object stores publish an object atomically when its upload closes, so :func:`atomic_create`
 needs no temporary name there; elsewhere it writes ``path.<random>.tmp`` and renames it.
@@ -20,11 +26,21 @@ import json
 import os
 import re
 import uuid
-from typing import IO, Any, Callable, List, Mapping, Sequence, Tuple
+from typing import IO, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import BertDataError
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_ATOMIC_SCHEMES = ("gs", "s3", "azfs")  # object stores: an upload is published whole, or not at all
+# Object stores: an upload is published whole or not at all, and there are no directories.
+_ATOMIC_SCHEMES = ("gs", "gcs", "s3", "s3a", "azfs", "az", "abfs", "abfss", "oss")
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+             "abfss": "adlfs", "oss": "ossfs", "hdfs": "pyarrow", "sftp": "paramiko"}
 _OCTET = "application/octet-stream"
+_BEAM_NATIVE = ("gs", "hdfs")  # schemes Beam's own file systems serve without further set-up
+
+
+class StorageError(BertDataError):
+    """A URL whose file system is not installed or not known (exit 2)."""
 
 
 def is_remote(path: str) -> bool:
@@ -32,9 +48,58 @@ def is_remote(path: str) -> bool:
     return bool(_SCHEME.match(path))
 
 
-def _filesystems():
-    from apache_beam.io.filesystems import FileSystems
+def scheme(path: str) -> str:
+    """``s3`` for ``s3://b/k``; ``""`` for a local path."""
+    return path.split("://", 1)[0].lower() if is_remote(path) else ""
 
+
+def is_object_store(path: str) -> bool:
+    return scheme(path) in _ATOMIC_SCHEMES
+
+
+# --- backends ---------------------------------------------------------------------------------
+
+
+def _fsspec(path: str) -> Optional[Tuple[Any, str]]:
+    """``(fsspec file system, path within it)`` for a URL, or None when fsspec is not installed
+    or does not know the scheme (then Beam's ``FileSystems`` is tried)."""
+    try:
+        import fsspec.core
+    except ImportError:
+        return None
+    try:
+        return fsspec.core.url_to_fs(path)
+    except ValueError:  # "Protocol not known"
+        return None
+    except ImportError as exc:  # fsspec knows the scheme, its implementation is not installed
+        if scheme(path) in _BEAM_NATIVE and _beam_knows(path):
+            return None  # e.g. gs:// on Dataflow: apache-beam[gcp] without gcsfs
+        key = scheme(path)
+        hint = f"pip install {_PACKAGES[key]}" if key in _PACKAGES else "install fsspec's implementation for it"
+        raise StorageError(f"{key}:// paths need a file system that is not installed ({exc}): {hint}") from None
+
+
+def _beam_knows(path: str) -> bool:
+    """Beam has a usable file system for ``path`` (its GCS one needs apache-beam[gcp])."""
+    try:
+        from apache_beam.io.filesystems import FileSystems
+
+        FileSystems.get_filesystem(path)
+        if scheme(path) == "gs":
+            import apache_beam.io.gcp.gcsio  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def _filesystems():
+    """Apache Beam's ``FileSystems``, for schemes fsspec does not know."""
+    try:
+        from apache_beam.io.filesystems import FileSystems
+    except ImportError:
+        raise StorageError(
+            "URL paths need fsspec (pip install 'bert_data[dask]') or Apache Beam (pip install 'bert_data[beam]')"
+        ) from None
     return FileSystems
 
 
@@ -44,17 +109,39 @@ def _uncompressed():
     return CompressionTypes.UNCOMPRESSED
 
 
+def _beam_or_error(path: str):
+    filesystems = _filesystems()
+    try:
+        filesystems.get_filesystem(path)
+    except ValueError:
+        raise StorageError(
+            f"{scheme(path)}:// is not a file system that fsspec or Apache Beam knows: check the URL's scheme"
+        ) from None
+    return filesystems
+
+
+# --- the interface ------------------------------------------------------------------------------
+
+
 def join(base: str, *parts: str) -> str:
-    if is_remote(base):
-        return _filesystems().join(base, *parts)
-    return os.path.join(base, *parts)
+    if not is_remote(base):
+        return os.path.join(base, *parts)
+    return "/".join([base.rstrip("/")] + [p.strip("/") for p in parts])
+
+
+def parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] if is_remote(path) else os.path.dirname(path)
 
 
 def open_read(path: str) -> IO[bytes]:
     """Raw bytes of a file (never decompressed on the way: readers sniff compression themselves)."""
     if not is_remote(path):
         return open(path, "rb")
-    return _filesystems().open(path, mime_type=_OCTET, compression_type=_uncompressed())
+    found = _fsspec(path)
+    if found is not None:
+        fs, inner = found
+        return fs.open(inner, "rb")
+    return _beam_or_error(path).open(path, mime_type=_OCTET, compression_type=_uncompressed())
 
 
 def open_metadata(path: str) -> IO[bytes]:
@@ -63,50 +150,84 @@ def open_metadata(path: str) -> IO[bytes]:
         return open(path, "rb")
     try:
         return open_read(path)
-    except Exception as exc:  # BeamIOError and friends
+    except BertDataError:
+        raise
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # BeamIOError, botocore errors and friends
         raise OSError(errno.EIO, getattr(exc, "strerror", None) or str(exc)) from None
 
 
 def create(path: str) -> IO[bytes]:
-    """A new file for writing (truncated if it exists)."""
+    """A new file for writing (truncated if it exists; directories made as needed)."""
     if not is_remote(path):
         return open(path, "wb")
-    return _filesystems().create(path, mime_type=_OCTET, compression_type=_uncompressed())
+    found = _fsspec(path)
+    if found is not None:
+        fs, inner = found
+        if not is_object_store(path):
+            fs.makedirs(fs._parent(inner), exist_ok=True)
+        return fs.open(inner, "wb")
+    return _beam_or_error(path).create(path, mime_type=_OCTET, compression_type=_uncompressed())
 
 
 def atomic_create(path: str) -> Tuple[IO[bytes], Callable[[], None]]:
     """``(handle, commit)``: write ``path`` so that a reader never sees a partial file; call
     ``commit()`` after closing the handle."""
-    scheme = path.split("://", 1)[0] if is_remote(path) else None
-    if scheme in _ATOMIC_SCHEMES:
+    if is_object_store(path):
         return create(path), lambda: None
     if not is_remote(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     return create(tmp), lambda: rename(tmp, path)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """``data`` as the whole of ``path``, published atomically."""
+    handle, commit = atomic_create(path)
+    try:
+        handle.write(data)
+    finally:
+        handle.close()
+    commit()
 
 
 def rename(source: str, destination: str) -> None:
     if not is_remote(source):
         os.replace(source, destination)
         return
-    _filesystems().rename([source], [destination])
+    found = _fsspec(source)
+    if found is not None:
+        fs, inner = found
+        fs.mv(inner, fs._strip_protocol(destination))
+        return
+    _beam_or_error(source).rename([source], [destination])
 
 
 def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
-    return _filesystems().exists(path)
+    found = _fsspec(path)
+    if found is not None:
+        fs, inner = found
+        return fs.exists(inner)
+    return _beam_or_error(path).exists(path)
 
 
 def listing(pattern: str) -> List[str]:
-    """Files matching a glob pattern (for URLs: what the file system's match finds)."""
+    """Files matching a glob pattern (for URLs: what the file system's glob finds, as URLs)."""
     if not is_remote(pattern):
         import glob
 
         return sorted(glob.glob(pattern))
+    found = _fsspec(pattern)
+    if found is not None:
+        fs, inner = found
+        return sorted(fs.unstrip_protocol(p) for p in fs.glob(inner) if not fs.isdir(p))
     try:
-        return [m.path for m in _filesystems().match([pattern])[0].metadata_list]
+        return [m.path for m in _beam_or_error(pattern).match([pattern])[0].metadata_list]
+    except BertDataError:
+        raise
     except Exception:  # BeamIOError: nothing matches
         return []
 
@@ -117,11 +238,29 @@ def delete(paths: Sequence[str], batch: int = 1000, only_existing: bool = True) 
     existing = [p for p in paths if exists(p)] if only_existing else list(paths)
     for start in range(0, len(existing), batch):
         part = existing[start : start + batch]
-        if is_remote(part[0]):
-            _filesystems().delete(list(part))
-        else:
+        if not is_remote(part[0]):
             for path in part:
                 os.unlink(path)
+            continue
+        found = _fsspec(part[0])
+        if found is not None:
+            fs = found[0]
+            fs.rm([fs._strip_protocol(p) for p in part])
+        else:
+            _beam_or_error(part[0]).delete(list(part))
+
+
+def delete_tree(root: str) -> None:
+    """Every file under ``root`` (a URL; object stores have no directories), then ``root``."""
+    found = _fsspec(root)
+    if found is not None:
+        fs, inner = found
+        if fs.exists(inner):
+            fs.rm(inner, recursive=True)
+        return
+    listed = listing(join(root, "**")) or []
+    if listed:
+        delete(listed, only_existing=False)
 
 
 def read_bytes(path: str) -> bytes:
@@ -140,13 +279,11 @@ def read_range(path: str, offset: int, length: int) -> bytes:
 
 
 def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
-    """JSON to ``path`` under a temporary name, flushed to disk, then renamed into place."""
+    """JSON to ``path`` under a temporary name, flushed to disk, then renamed into place (an
+    object store publishes it whole when the upload closes)."""
     text = json.dumps(payload, indent=1, sort_keys=False) + "\n"
     if is_remote(path):
-        tmp = path + ".tmp"
-        with create(tmp) as handle:
-            handle.write(text.encode("utf-8"))
-        rename(tmp, path)
+        write_bytes(path, text.encode("utf-8"))
         return
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:

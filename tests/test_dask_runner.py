@@ -102,3 +102,27 @@ def test_dask_flags_are_checked_up_front(corpus, tmp_path, capsys, extra, words)
     assert main(_args(corpus, tmp_path / "out", **extra)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_progress_follows_the_bytes_the_workers_read(corpus, tmp_path, monkeypatch):
+    """The workers' reads reach the coordinator's byte counter as events, as they happen (not
+    only when a group's result comes back), and add up to the input exactly once."""
+    from bert_data.config import build_config
+    from bert_data.runners import dask as dask_runner
+    from bert_data.runners.local import run
+
+    events = []
+    follow = dask_runner._ProgressFollower.on_event
+    monkeypatch.setattr(dask_runner._ProgressFollower, "on_event", lambda self, e: (events.append(e), follow(self, e)))
+    counter = {}
+    config = build_config({
+        "metadata_files": [str(corpus["metadata"])], "input_files_prefix": str(corpus["metadata"].parent),
+        "vocab_file": str(corpus["vocab"]), "do_lower_case": True, "max_seq_length": 32,
+        "max_predictions_per_seq": 5, "output_dir": str(tmp_path / "out"), "split_num": 4,
+        "num_workers": 2, "runner": "dask",
+    })
+    starts = []
+    manifest = run(config, on_start=lambda summary, live: (starts.append(summary), counter.setdefault("live", live)))
+    groups = starts[0].groups
+    assert groups >= 3 and len({event[1][0] for event in events}) == groups  # every group reported while running
+    assert counter["live"].value == manifest["input_bytes"] > 0

@@ -291,3 +291,19 @@ def test_split_job_killed_in_train_resumes_both_halves(tmp_path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     for half in ("train", "validation"):
         _same_output(out / half, reference / half)
+
+
+def test_a_killed_runs_plan_spool_is_removed_by_the_next_run(corpus, tmp_path):
+    """SIGKILL leaves the plan's temp dir behind (nothing runs at a kill); the next run removes
+    the ones whose process is gone, so killed runs do not pile up in the temp directory."""
+    import tempfile
+
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=3)
+    assert _cli(args, {**env, "BERT_DATA_CRASH_AT": "checkpointed:0"}).returncode == -signal.SIGKILL
+    left = [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("bert_data_plan_")]
+    assert len(left) == 1
+    assert _cli(args + ["--resume"], env).returncode == 0
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("bert_data_plan_")]
+    assert tempfile.gettempdir() != str(tmp_path / "tmp")  # (the child, not this process, used it)

@@ -40,19 +40,26 @@ import os
 import re
 import shutil
 import tempfile
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Sequence, Tuple
+from collections import Counter
+from typing import Dict, Sequence, Tuple
 
 from .. import storage
 from ..config import Config
-from ..errors import BertDataError, ConfigError, MetadataError, OutputError
+from ..errors import BertDataError, ConfigError, OutputError
 from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest
 from ..group import build_resources, group_plan, process_group
-from ..metadata import DocumentSource, MetadataSummary, WorkItem, decode_group, encode_group, scan_metadata
+from ..metadata import MetadataSummary, decode_group, encode_group, scan_metadata
 from ..storage import open_metadata
 from ..storage import is_remote, join as _join
 from ..writer import WORK_DIR_NAME, prepare_output_dir, shard_file_names
+from .remote import (
+    copy_runs,
+    fragment_name,
+    prepare_remote_output_dir,
+    publish_fragment,
+    remove_remote_work_dir,
+    stage_sources,
+)
 from .startup import input_fingerprints, startup_checks
 
 log = logging.getLogger("bert_data")
@@ -60,8 +67,6 @@ log = logging.getLogger("bert_data")
 BEAM_REQUIREMENT = "apache-beam>=2.50"
 GROUPS_FILE = "groups.jsonl"
 _COPY_CHUNK = 8 << 20
-_FETCH_THREADS = 8
-_STAGE_THREADS = 16
 
 
 class BeamPipelineError(BertDataError):
@@ -81,131 +86,6 @@ def _require_beam():
 
 
 # --- metadata (driver) ---------------------------------------------------------------------
-
-
-# --- output directory (driver) -------------------------------------------------------------
-
-
-def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool) -> str:
-    """:func:`bert_data.writer.prepare_output_dir` for a remote ``output_dir``: only files a run
-    of ours owns are removed (the manifest first), and only with ``overwrite``."""
-    work_dir = _join(output_dir, WORK_DIR_NAME)
-    top = storage.listing(_join(output_dir, "*"))
-    work = storage.listing(_join(work_dir, "*")) + storage.listing(_join(work_dir, "fragments", "*"))
-    if (top or work) and not overwrite:
-        raise OutputError(
-            f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
-        )
-    if overwrite:
-        storage.delete([_join(output_dir, MANIFEST_NAME)])
-        ours = re.compile(re.escape(name) + r"-.*\.tfrecords$")
-        storage.delete([p for p in top if ours.match(p.rstrip("/").rsplit("/", 1)[-1])])
-        storage.delete(work, only_existing=False)
-    return work_dir
-
-
-def remove_remote_work_dir(work_dir: str) -> None:
-    """Everything a run put under a remote work dir (object stores have no directories)."""
-    try:
-        listed = storage.listing(_join(work_dir, "fragments", "*")) + storage.listing(_join(work_dir, "*"))
-        storage.delete(listed, only_existing=False)
-    except Exception as exc:  # leftovers cost storage, not correctness: the next run overwrites them
-        log.warning("could not remove %s (%s); delete it by hand", work_dir, exc)
-
-
-# --- the DoFns (workers) ---------------------------------------------------------------------
-
-
-def _stage_remote_sources(
-    sources: Sequence[WorkItem], stage_dir: str
-) -> Tuple[List[WorkItem], Dict[str, str]]:
-    """Copy the remote documents of a group to ``stage_dir`` (in parallel); local ones are kept.
-
-    The staged copy keeps the base name (compression is recognised by extension, too) and the
-    metadata file and line, so ``read_source`` treats it exactly like the local runner would.
-    Returns the sources to read and {local path: remote path} for error messages.
-    """
-    remote = [(i, item) for i, item in enumerate(sources) if is_remote(item.source.path)]
-    if not remote:
-        return list(sources), {}
-    staged = list(sources)
-    renames: Dict[str, str] = {}
-
-    def fetch(numbered: Tuple[int, WorkItem]) -> None:
-        i, item = numbered
-        source = item.source
-        base = source.path.rstrip("/").rsplit("/", 1)[-1] or "document"
-        local = os.path.join(stage_dir, f"{i:07d}-{base}")
-        try:
-            with storage.open_read(source.path) as src, open(local, "wb") as dst:
-                shutil.copyfileobj(src, dst, _COPY_CHUNK)
-        except Exception as exc:  # BeamIOError, google.api_core NotFound, OSError, ...
-            raise MetadataError(f"{source.where()}: document {source.path} cannot be read ({exc})") from None
-        staged[i] = WorkItem(DocumentSource(local, source.metadata_file, source.line_number, source.entry), item.start, item.end)
-        renames[local] = source.path
-
-    with ThreadPoolExecutor(max_workers=min(_STAGE_THREADS, len(remote))) as pool:
-        list(pool.map(fetch, remote))
-    return staged, renames
-
-
-def fragment_name(work_dir: str, group_index: int) -> str:
-    return _join(work_dir, "fragments", f"g{group_index:09d}.frag")
-
-
-def publish_fragment(local_path: str, segments, shared_path: str) -> List[Tuple[int, int, int, int]]:
-    """Copy a group's fragment to the shared work dir re-ordered *shard-major*; returns
-    (shard, offset, length, records) per shard present. Each shard's runs (every dupe pass, in
-    fragment order, as the local assembler appends them) become one contiguous byte range."""
-    by_shard: Dict[int, list] = {}
-    for segment in segments:
-        by_shard.setdefault(segment.shard, []).append(segment)
-    out, commit = storage.atomic_create(shared_path)
-    entries = []
-    offset = 0
-    try:
-        with open(local_path, "rb") as src:
-            for shard in sorted(by_shard):
-                start = offset
-                for segment in by_shard[shard]:
-                    src.seek(segment.offset)
-                    left = segment.length
-                    while left > 0:
-                        data = src.read(min(left, _COPY_CHUNK))
-                        if not data:
-                            raise RuntimeError(f"fragment {local_path} ended early")
-                        out.write(data)
-                        left -= len(data)
-                    offset += segment.length
-                entries.append((shard, start, offset - start, sum(s.records for s in by_shard[shard])))
-    finally:
-        out.close()
-    commit()
-    return entries
-
-
-def copy_runs(runs: Sequence[Tuple[str, int, int]], out, threads: int = _FETCH_THREADS) -> int:
-    """Append the byte ranges (path, offset, length) to ``out`` in order, reading ahead in
-    parallel (object stores are latency bound). Ranges are cut into pieces of at most
-    ``_COPY_CHUNK`` bytes and at most ``threads`` pieces are held: memory <= threads * chunk."""
-    pieces = []
-    for path, offset, length in runs:
-        for start in range(offset, offset + length, _COPY_CHUNK):
-            pieces.append((path, start, min(_COPY_CHUNK, offset + length - start)))
-    written = 0
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        pending: deque = deque()
-        for piece in pieces:
-            pending.append(pool.submit(storage.read_range, *piece))
-            if len(pending) >= threads:
-                data = pending.popleft().result()
-                out.write(data)
-                written += len(data)
-        while pending:
-            data = pending.popleft().result()
-            out.write(data)
-            written += len(data)
-    return written
 
 
 _root = logging.getLogger()
@@ -251,7 +131,7 @@ if beam is not None:
             group_index, sources = decode_group(line, self._metadata_files)
             stage_dir = tempfile.mkdtemp(prefix=f"g{group_index:09d}-", dir=self._tmp)
             try:
-                local_sources, renames = _stage_remote_sources(sources, stage_dir)
+                local_sources, renames = stage_sources(sources, stage_dir)
                 try:
                     result = process_group(group_index, local_sources, self._resources, self._work_dir)
                 except BertDataError as exc:
@@ -283,7 +163,7 @@ if beam is not None:
         the byte ranges from the groups' fragments in that order into
         ``{work}/{name}-{i}.tfrecords.partial``, rename it to ``{output_dir}/{name}-{i}.tfrecords``.
         Only index entries go through the shuffle (tens of bytes per group and shard); memory is
-        those entries plus ``_FETCH_THREADS * _COPY_CHUNK`` (64 MiB) of read-ahead."""
+        those entries plus 8 chunks of 8 MiB of read-ahead (:func:`~bert_data.runners.remote.copy_runs`)."""
 
         def __init__(self, output_dir: str, work_dir: str, name: str, num_shards: int) -> None:
             self._output_dir = output_dir

@@ -24,13 +24,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 from collections import deque
 from typing import Dict, Iterable, Iterator, List, Tuple
 
 from ..config import Config
 from ..errors import BertDataError, ConfigError
-from ..group import GroupResult, Resources, build_resources, process_group
+from ..group import GroupResult, Resources, build_resources
 from ..metadata import WorkItem
+from .remote import make_group
 
 log = logging.getLogger("bert_data")
 
@@ -43,14 +45,62 @@ class DaskRunnerError(BertDataError):
     exit_code = 3
 
 
-def _process_on_worker(config: Config, group_index: int, items: List[WorkItem], work_dir: str) -> GroupResult:
-    """One group on a Dask worker; the tokenizer and segmenter are built once per worker and run."""
+def _process_on_worker(
+    config: Config, group_index: int, items: List[WorkItem], work_dir: str, topic: str = ""
+) -> GroupResult:
+    """One group on a Dask worker; the tokenizer and segmenter are built once per worker and run.
+    With a ``topic``, the input bytes read are sent to the client as they are read (progress)."""
     resources = _RESOURCES.get(config)
     if resources is None:
         _RESOURCES.clear()  # a worker serves one run at a time: do not keep an earlier run's
         resources = _RESOURCES[config] = build_resources(config)
+    resources.bytes_read = _BytesEvents(topic, group_index) if topic else None
     _kill_once_hook(group_index)
-    return process_group(group_index, items, resources, work_dir)
+    return make_group(group_index, items, resources, work_dir)
+
+
+class _BytesEvents:
+    """The worker side of the progress: :func:`bert_data.group._reporting_bytes` advances
+    ``value`` (about every MiB read), and each advance goes to the scheduler as an event of
+    ``topic`` carrying (group, bytes of the group read so far), which the client follows
+    (:class:`_ProgressFollower`). Cumulative per group, so a group retried after a worker died
+    is not counted twice."""
+
+    def __init__(self, topic: str, group_index: int) -> None:
+        self.topic = topic
+        self.group_index = group_index
+        self._value = 0
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    @value.setter
+    def value(self, new: int) -> None:
+        self._value = new
+        with contextlib.suppress(Exception):  # progress must never fail a group
+            from distributed import get_worker
+
+            get_worker().log_event(self.topic, [self.group_index, new])
+
+
+class _ProgressFollower:
+    """The client side: advances the run's shared ``bytes_read`` counter (what the local
+    runner's workers advance) by what the workers report, at most each group's input bytes."""
+
+    def __init__(self, bytes_read) -> None:
+        self.bytes_read = bytes_read
+        self.per_group: Dict[int, int] = {}
+
+    def on_event(self, event) -> None:
+        _, (group_index, seen) = event
+        self.advance(int(group_index), int(seen))
+
+    def advance(self, group_index: int, seen: int) -> None:
+        before = self.per_group.get(group_index, 0)
+        if seen > before and self.bytes_read is not None:
+            self.per_group[group_index] = seen
+            self.bytes_read.value += seen - before
 
 
 def _kill_once_hook(group_index: int) -> None:
@@ -131,27 +181,43 @@ def run_groups_dask(
 ) -> Iterator[GroupResult]:
     """Results in group order, as :func:`bert_data.runners.local.run_groups` gives them; at most
     two groups per Dask worker thread are in flight, so the plan is read ahead boundedly.
-    (``bytes_read`` is not advanced: workers on other machines cannot reach it, so the progress
-    bar follows finished groups.)"""
+    ``bytes_read`` is advanced as the workers read, wherever they run: they send events to the
+    scheduler (``Worker.log_event``) that this client follows (``Client.subscribe_topic``)."""
     distributed = _import_distributed()
     with dask_client(config) as client:
         threads = sum(client.nthreads().values()) or config.num_workers
         pending: deque = deque()
+        run_key = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        topic = f"bert_data-progress-{run_key}" if bytes_read is not None else ""
+        follower = _ProgressFollower(bytes_read)
+        if topic:
+            client.subscribe_topic(topic, follower.on_event)
         try:
             for group_index, items in groups:
                 future = client.submit(
-                    _process_on_worker, config, group_index, list(items), work_dir,
-                    key=f"bert_data-group-{group_index}-{os.getpid()}-{id(pending)}", pure=False,
+                    _process_on_worker, config, group_index, list(items), work_dir, topic,
+                    key=f"bert_data-group-{group_index}-{run_key}", pure=False,
                 )
                 pending.append((group_index, future))
                 if len(pending) >= 2 * threads:
-                    yield _result(pending.popleft(), distributed)
+                    yield _finished(pending.popleft(), distributed, follower)
             while pending:
-                yield _result(pending.popleft(), distributed)
+                yield _finished(pending.popleft(), distributed, follower)
         finally:
             for _, future in pending:
                 with contextlib.suppress(Exception):
                     future.cancel()
+            if topic:
+                with contextlib.suppress(Exception):
+                    client.unsubscribe_topic(topic)
+
+
+def _finished(entry: Tuple[int, object], distributed, follower: _ProgressFollower) -> GroupResult:
+    """The group's result; the progress is brought up to its whole input (an event may still be
+    on its way, or the group may have read less than a MiB)."""
+    result = _result(entry, distributed)
+    follower.advance(result.group_index, result.stats.get("input_bytes", 0))
+    return result
 
 
 def _result(entry: Tuple[int, object], distributed) -> GroupResult:

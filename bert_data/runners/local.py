@@ -23,7 +23,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 from ..config import Config, output_settings
 from ..errors import BertDataError, OutputError, ResumeError, plural
 from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest, load_manifest
-from ..group import GroupResult, Resources, build_resources, group_plan, process_group
+from ..group import GroupResult, Resources, build_resources, group_plan
 from ..metadata import (
     MetadataSummary,
     WorkItem,
@@ -33,7 +33,8 @@ from ..metadata import (
     scan_metadata,
     split_hash,
 )
-from ..storage import write_json_atomically
+from ..storage import exists as storage_exists, is_remote, join as storage_join, open_metadata, write_json_atomically
+from .remote import make_group, run_to_url
 from ..writer import RUN_FILE, WORK_DIR_NAME, ShardAssembler, load_resume_state, prepare_output_dir
 from .lock import output_lock
 from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
@@ -106,7 +107,7 @@ def _process_in_worker(group_index: int, items: Sequence[WorkItem], work_dir: st
     if _WORKER_RESOURCES is None:
         raise RuntimeError("worker initializer did not run")
     _crash_point("worker", group_index)  # test hook: this worker is killed (as by the OOM killer)
-    return process_group(group_index, items, _WORKER_RESOURCES, work_dir)
+    return make_group(group_index, items, _WORKER_RESOURCES, work_dir)
 
 
 def _group_runner(config: Config):
@@ -129,7 +130,7 @@ def run_groups(
         resources = build_resources(config)
         resources.bytes_read = bytes_read
         for group_index, items in groups:
-            yield process_group(group_index, items, resources, work_dir)
+            yield make_group(group_index, items, resources, work_dir)
         return
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
@@ -251,7 +252,8 @@ def _crash_point(stage: str, group_index: int) -> None:
     so tests can check that every kill point leaves a resumable, never complete-looking, state.
     Stages: ``appended``, ``checkpointed``, ``published`` (the coordinator), ``worker`` (the
     worker process about to make that group), ``moved`` (output file N renamed into place by
-    :mod:`bert_data.runners.output_files`)."""
+    :mod:`bert_data.runners.output_files`), ``indexed`` (a URL output's group index written:
+    :mod:`bert_data.runners.remote`)."""
     target = os.environ.get("BERT_DATA_CRASH_AT")
     if target and target == f"{stage}:{group_index}":
         import signal
@@ -320,8 +322,8 @@ def split_configs(config: Config) -> Dict[str, Config]:
     """
     if not (config.validation_fraction or config.validation_metadata_files) or config.split_role:
         return {"": config}
-    train = config.replace(output_dir=os.path.join(config.output_dir, "train"), split_role="train")
-    validation = config.replace(output_dir=os.path.join(config.output_dir, "validation"), split_role="validation")
+    train = config.replace(output_dir=storage_join(config.output_dir, "train"), split_role="train")
+    validation = config.replace(output_dir=storage_join(config.output_dir, "validation"), split_role="validation")
     if config.validation_metadata_files:
         validation = validation.replace(metadata_files=config.validation_metadata_files)
     return {"train": train, "validation": validation}
@@ -357,7 +359,7 @@ def run_job(
     start-up checks run once, before either half is touched."""
     startup = startup_checks(config)
     parts = split_configs(config)
-    with output_lock(config.output_dir) if len(parts) > 1 else contextlib.nullcontext():
+    with output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext():
         return {
             name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup)
             for name, part in parts.items()
@@ -368,8 +370,8 @@ def _resumable(part: Config, parts: int) -> Config:
     """``--resume`` of a train/validation job killed before its second half began: that half
     has nothing to resume yet, so it simply starts (the pair is always complete or resumable)."""
     if parts > 1 and part.resume:
-        started = os.path.exists(os.path.join(part.output_dir, WORK_DIR_NAME)) or os.path.exists(
-            os.path.join(part.output_dir, MANIFEST_NAME)
+        started = storage_exists(storage_join(part.output_dir, WORK_DIR_NAME)) or storage_exists(
+            storage_join(part.output_dir, MANIFEST_NAME)
         )
         if not started:
             return part.replace(resume=False)
@@ -394,7 +396,8 @@ def run(
     """
     vocab = (startup or startup_checks(config)).vocab
     ensure_open_files(config)  # every partial shard is an open file of the coordinator
-    with tempfile.TemporaryDirectory(prefix="bert_data_plan_") as plan_dir:
+    _remove_stale_plans()
+    with tempfile.TemporaryDirectory(prefix=f"{_PLAN_PREFIX}{os.getpid()}_") as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
         summary = _plan(config, spool_path)
         space = disk_space_warning(config, summary.total_bytes)
@@ -405,6 +408,8 @@ def run(
         bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)
         if on_start is not None:  # the MetadataSummary (entries, total_bytes, groups) before any group runs
             on_start(summary, bytes_read)
+        if is_remote(config.output_dir):  # object-store layout; no lock (docs/cluster.md)
+            return _run_to_url(config, spool_path, summary, len(vocab), on_group, bytes_read)
         try:
             with output_lock(config.output_dir):  # before --overwrite removes anything
                 return _run_planned(config, spool_path, summary, len(vocab), on_group, bytes_read)
@@ -422,6 +427,42 @@ def run(
             ) from None
 
 
+def _run_to_url(config: Config, spool_path: str, summary: MetadataSummary, vocab_size: int, on_group, bytes_read) -> Dict:
+    """:func:`bert_data.runners.remote.run_to_url` with this runner's plan and group runner."""
+
+    def planned(done: set) -> Iterator[Tuple[int, List[WorkItem]]]:
+        return (group for group in _planned_groups(config, spool_path, 0) if group[0] not in done)
+
+    manifest, stats = run_to_url(config, planned, summary, vocab_size, _group_runner(config), on_group, bytes_read)
+    for warning in quality_warnings(stats, manifest) if stats else ():
+        log.warning(warning)
+    return manifest
+
+
+_PLAN_PREFIX = "bert_data_plan_"
+
+
+def _remove_stale_plans() -> None:
+    """The plan spools (temp dirs named with their run's pid) of runs killed with SIGKILL, which
+    could not clean up: removed when that process is gone, so they do not pile up in /tmp."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_PLAN_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_PLAN_PREFIX):].split("_", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or reused by another process: left alone)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:
+            continue  # another user's process: not ours to judge
+
+
 def _plan(config: Config, spool_path: str) -> MetadataSummary:
     """Scan the metadata once, writing the planned groups to ``spool_path``."""
     select, empty_hint = _split_selector(config)
@@ -429,7 +470,7 @@ def _plan(config: Config, spool_path: str) -> MetadataSummary:
     with open(spool_path, "w", encoding="ascii") as spool:
         return scan_metadata(
             config.metadata_files, config.input_files_prefix, select, empty_hint, plan=group_plan(config),
-            on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"),
+            on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"), opener=open_metadata,
         )
 
 

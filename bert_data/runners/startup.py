@@ -10,7 +10,8 @@ What is checked here (each failure is one line naming the flag and the fix):
   (:func:`bert_data.group.document_separator_id`, which the workers call too);
 * ``--spacy_model``: installed (a package or a pipeline directory), found without loading spaCy
   (a worker would otherwise die with it N times);
-* ``--output_dir``: writable (the nearest existing directory on its path accepts a file).
+* ``--output_dir``: writable (the nearest existing directory on its path accepts a file; a URL
+  accepts a probe object, so a missing fsspec package or credentials fail before any work).
 
 After the metadata scan, :func:`disk_space_warning` compares the free space there with an
 estimate of the output (a warning: it is an estimate).
@@ -54,6 +55,15 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
         check_spacy_model(config.spacy_model)
     if "://" not in config.output_dir:
         check_writable(config.output_dir)
+    else:
+        from .remote import check_remote_writable
+
+        if config.output_dir.startswith("memory://") and (config.num_workers > 1 or config.runner != "local"):
+            raise ConfigError(
+                f"--output_dir {config.output_dir}: memory:// lives in one process, and the workers are other "
+                f"processes; pass --num_workers 1 (local runner), or write to a shared URL or path"
+            )
+        check_remote_writable(config.output_dir)
     return StartupInfo(vocab=vocab)
 
 
