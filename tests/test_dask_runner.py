@@ -126,3 +126,26 @@ def test_progress_follows_the_bytes_the_workers_read(corpus, tmp_path, monkeypat
     groups = starts[0].groups
     assert groups >= 3 and len({event[1][0] for event in events}) == groups  # every group reported while running
     assert counter["live"].value == manifest["input_bytes"] > 0
+
+
+def test_quiet_console_and_loopback_only(corpus, tmp_path):
+    """A LocalCluster run prints only our lines (no Dask INFO chatter), and every socket the
+    cluster listens on is on loopback (Dask serves its HTTP routes on :8787 of every interface
+    unless told otherwise, dashboard or not)."""
+    import psutil
+
+    from bert_data.config import build_config
+    from bert_data.runners.dask import dask_client
+
+    done = subprocess.run([sys.executable, "-m", "bert_data.tools.create",
+                           *_args(corpus, tmp_path / "out", num_workers=2, runner="dask"), "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "INFO" not in done.stderr and "distributed" not in done.stderr
+    config = build_config({"metadata_files": [str(corpus["metadata"])], "vocab_file": str(corpus["vocab"]),
+                           "output_dir": str(tmp_path / "x"), "num_workers": 2, "runner": "dask"})
+    with dask_client(config):
+        me = psutil.Process()
+        listening = [c.laddr for p in [me, *me.children(recursive=True)]
+                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    assert listening and all(address.ip == "127.0.0.1" for address in listening), listening

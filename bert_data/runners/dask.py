@@ -26,7 +26,8 @@ import logging
 import os
 import uuid
 from collections import deque
-from typing import Dict, Iterable, Iterator, List, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..config import Config
 from ..errors import BertDataError, ConfigError
@@ -128,8 +129,28 @@ def _import_distributed():
 
 @contextlib.contextmanager
 def dask_client(config: Config) -> Iterator[object]:
-    """A client of the cluster the flags name, or of a LocalCluster started (and stopped) here."""
+    """A client of the cluster the flags name, or of a LocalCluster started (and stopped) here.
+    Dask's INFO lines (every worker and connection started and closed) stay off the console."""
     distributed = _import_distributed()
+    with _quiet_dask_logs():
+        with _client(config, distributed) as client:
+            yield client
+
+
+@contextlib.contextmanager
+def _quiet_dask_logs() -> Iterator[None]:
+    logger = logging.getLogger("distributed")
+    level = logger.level
+    if logger.getEffectiveLevel() < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _client(config: Config, distributed) -> Iterator[object]:
     cluster = None
     try:
         if config.scheduler_address:
@@ -138,14 +159,24 @@ def dask_client(config: Config) -> Iterator[object]:
             client = distributed.Client(scheduler_file=config.scheduler_file, timeout="30s", set_as_default=False)
         else:
             _local_worker_environment()
+            # Everything on loopback: with dashboard_address=None the scheduler still serves its
+            # HTTP routes on :8787 of every interface, so it gets a loopback port (a dashboard too)
             cluster = distributed.LocalCluster(
                 n_workers=config.num_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=":0" if config.dask_dashboard else None, silence_logs=logging.ERROR,
+                dashboard_address="127.0.0.1:0" if config.dask_dashboard else None, silence_logs=logging.ERROR,
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
             )
             client = distributed.Client(cluster, set_as_default=False)
     except (OSError, TimeoutError) as exc:
         where = config.scheduler_address or config.scheduler_file or "a LocalCluster"
         raise DaskRunnerError(f"--runner dask: cannot reach {where} ({exc}); check that the scheduler runs") from None
+    except Exception as exc:  # "Nanny failed to start", a bad scheduler file, ...
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        if cluster is None and not (config.scheduler_address or config.scheduler_file):
+            what = "could not start a LocalCluster"
+        else:
+            what = f"could not connect to {config.scheduler_address or config.scheduler_file}"
+        raise DaskRunnerError(f"--runner dask: {what} ({type(exc).__name__}: {detail})") from None
     try:
         if config.dask_dashboard and getattr(client, "dashboard_link", None):
             log.warning("Dask dashboard: %s", client.dashboard_link)
@@ -156,6 +187,58 @@ def dask_client(config: Config) -> Iterator[object]:
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+
+
+class _Session:
+    """The run's cluster connection, made in a thread from the moment the job starts: starting a
+    LocalCluster (~0.5 s of processes starting) or reaching a scheduler then overlaps the metadata
+    scan instead of following it, and one cluster serves both halves of a train/validation job."""
+
+    def __init__(self, config: Config) -> None:
+        self._context = dask_client(config)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="bert_data-dask-connect")
+        self._client = self._pool.submit(self._context.__enter__)
+
+    def client(self):
+        return self._client.result()  # the connection's DaskRunnerError, if it failed
+
+    def close(self) -> None:
+        try:
+            self._client.result()
+        except BaseException:
+            return  # nothing was opened
+        finally:
+            self._pool.shutdown()
+        self._context.__exit__(None, None, None)
+
+
+_SESSION: Optional[_Session] = None
+
+
+@contextlib.contextmanager
+def dask_session(config: Config) -> Iterator[None]:
+    """Connect to the cluster in the background for the length of the block (a no-op for other
+    runners, or inside an active session); :func:`run_groups_dask` uses that connection."""
+    global _SESSION
+    if config.runner != "dask" or _SESSION is not None:
+        yield
+        return
+    _import_distributed()  # a missing extra is one line now, not in the thread
+    session = _SESSION = _Session(config)
+    try:
+        yield
+    finally:
+        _SESSION = None
+        session.close()
+
+
+@contextlib.contextmanager
+def _connection(config: Config) -> Iterator[object]:
+    if _SESSION is not None:
+        yield _SESSION.client()
+    else:
+        with dask_client(config) as client:
+            yield client
 
 
 def _local_worker_environment() -> None:
@@ -184,7 +267,7 @@ def run_groups_dask(
     ``bytes_read`` is advanced as the workers read, wherever they run: they send events to the
     scheduler (``Worker.log_event``) that this client follows (``Client.subscribe_topic``)."""
     distributed = _import_distributed()
-    with dask_client(config) as client:
+    with _connection(config) as client:
         threads = sum(client.nthreads().values()) or config.num_workers
         pending: deque = deque()
         run_key = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -359,7 +359,8 @@ def run_job(
     start-up checks run once, before either half is touched."""
     startup = startup_checks(config)
     parts = split_configs(config)
-    with output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext():
+    lock = output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext()
+    with lock, _cluster_session(config):
         return {
             name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup)
             for name, part in parts.items()
@@ -396,6 +397,20 @@ def run(
     """
     vocab = (startup or startup_checks(config)).vocab
     ensure_open_files(config)  # every partial shard is an open file of the coordinator
+    with _cluster_session(config):
+        return _run(config, vocab, on_group, on_start)
+
+
+def _cluster_session(config: Config):
+    """A Dask run connects to its cluster while the metadata is scanned (:func:`dask_session`)."""
+    if config.runner != "dask":
+        return contextlib.nullcontext()
+    from .dask import dask_session
+
+    return dask_session(config)
+
+
+def _run(config: Config, vocab: Dict[str, int], on_group: Optional[ProgressCallback], on_start) -> Dict:
     _remove_stale_plans()
     with tempfile.TemporaryDirectory(prefix=f"{_PLAN_PREFIX}{os.getpid()}_") as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
