@@ -256,6 +256,12 @@ def _local_worker_environment() -> None:
         # the statistical profiler walks every worker thread's Python stack every 10 ms: a group is
         # deep pure-Python work, so that sampling is a cost proportional to the run (docs/cluster.md)
         "distributed.worker.profile.enabled": False,
+        # periodic callbacks of the worker's event loop thread each take the GIL from the thread
+        # running the group: the loop-blocked check every 20 ms, memory every 100 ms, psutil
+        # every 500 ms by default; a group runs for seconds, so coarser costs nothing
+        "distributed.admin.tick.interval": "500ms",
+        "distributed.worker.memory.monitor-interval": "500ms",
+        "distributed.admin.system-monitor.interval": "2s",
     })
 
 
