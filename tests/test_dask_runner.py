@@ -149,3 +149,60 @@ def test_quiet_console_and_loopback_only(corpus, tmp_path):
         listening = [c.laddr for p in [me, *me.children(recursive=True)]
                      for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
     assert listening and all(address.ip == "127.0.0.1" for address in listening), listening
+
+
+def _start_cluster(tmp_path: Path, name: str, env: Dict[str, str]):
+    """A scheduler and two single-threaded workers as processes of their own (as on a real
+    cluster: the run only has the scheduler file)."""
+    import os
+    import time
+
+    scheduler_file = tmp_path / f"{name}.json"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not scheduler_file.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    workers = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(scheduler_file),
+         "--nthreads", "1", "--nworkers", "2", "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **{k: v.format(scheduler=scheduler.pid) for k, v in env.items()}})
+    with distributed.Client(scheduler_file=str(scheduler_file), timeout="60s") as client:
+        client.wait_for_workers(2, timeout=60)
+    return scheduler, workers, scheduler_file
+
+
+def _stop(*processes) -> None:
+    """SIGTERM first: a `dask worker` closes its nannies and their workers (SIGKILL would orphan them)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_a_lost_scheduler_is_one_line_and_resumes(corpus, tmp_path):
+    assert main(_args(corpus, tmp_path / "local", num_workers=1)) == 0
+    scheduler, workers, scheduler_file = _start_cluster(tmp_path, "first", {"BERT_DATA_DASK_KILL_PID": "{scheduler}:3"})
+    args = [sys.executable, "-m", "bert_data.tools.create",
+            *_args(corpus, tmp_path / "dask", runner="dask", scheduler_file=scheduler_file)]
+    try:
+        lost = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    finally:
+        _stop(workers, scheduler)
+    assert lost.returncode == 3, lost.stderr
+    assert lost.stderr.count("\n") == 1 and "lost the Dask scheduler" in lost.stderr and "--resume" in lost.stderr
+    assert not (tmp_path / "dask" / "data_params.json").exists()
+    scheduler, workers, scheduler_file = _start_cluster(tmp_path, "second", {})
+    args[args.index("--scheduler_file") + 1] = str(scheduler_file)
+    try:
+        resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
+    finally:
+        _stop(workers, scheduler)
+    assert resumed.returncode == 0, resumed.stderr
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")

@@ -140,3 +140,11 @@ def test_a_url_that_cannot_be_used_is_one_line(corpus, tmp_path, capsys, url, sa
 def test_memory_with_worker_processes_is_refused(corpus, capsys):
     assert main(_args(corpus["metadata"], corpus["vocab"], "memory://b/out", num_workers=2)) == 2
     assert "--num_workers 1" in capsys.readouterr().err
+
+
+def test_a_url_vocabulary_outside_beam_is_one_line(corpus, tmp_path, capsys):
+    args = _args(corpus["metadata"], corpus["vocab"], tmp_path / "out")
+    args[args.index("--vocab_file") + 1] = f"file://{corpus['vocab']}"
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--runner beam only" in err and err.count("\n") == 1

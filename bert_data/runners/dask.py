@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import uuid
+from concurrent.futures import CancelledError
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
@@ -105,16 +106,21 @@ class _ProgressFollower:
 
 
 def _kill_once_hook(group_index: int) -> None:
-    """Test hook: ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` kills the worker making GROUP with
-    SIGKILL the first time (MARKER, a file, records that it happened), as the OOM killer would."""
+    """Test hooks. ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` kills the worker making GROUP with
+    SIGKILL the first time (MARKER, a file, records that it happened), as the OOM killer would;
+    ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` kills process PID (a scheduler) when GROUP starts."""
+    import signal
+
     target = os.environ.get("BERT_DATA_DASK_KILL_ONCE", "")
     marker, _, group = target.rpartition(":")
     if marker and group == str(group_index) and not os.path.exists(marker):
-        import signal
-
         with open(marker, "w"):
             pass
         os.kill(os.getpid(), signal.SIGKILL)
+    pid, _, group = os.environ.get("BERT_DATA_DASK_KILL_PID", "").rpartition(":")
+    if pid and group == str(group_index):
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 def _import_distributed():
@@ -139,14 +145,18 @@ def dask_client(config: Config) -> Iterator[object]:
 
 @contextlib.contextmanager
 def _quiet_dask_logs() -> Iterator[None]:
-    logger = logging.getLogger("distributed")
-    level = logger.level
-    if logger.getEffectiveLevel() < logging.WARNING:
-        logger.setLevel(logging.WARNING)
+    """This process's Dask logs off the console: what goes wrong reaches the user as our one
+    line (a lost scheduler is otherwise a page of reconnection tracebacks first)."""
+    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    loggers = [logging.getLogger(name) for name in names]  # Dask's config sets some children's levels
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -318,8 +328,17 @@ def _result(entry: Tuple[int, object], distributed) -> GroupResult:
             f"group {group_index} killed every Dask worker it was given (out of memory?); nothing was published: "
             f"continue with --resume (same flags) after giving workers more memory or a smaller --group_bytes"
         ) from None
-    except (OSError, TimeoutError, distributed.comm.CommClosedError) as exc:
+    except (OSError, TimeoutError, distributed.comm.CommClosedError, CancelledError) as exc:
+        # (a lost scheduler cancels every future: FutureCancelledError, "scheduler-connection-lost")
         raise DaskRunnerError(
             f"lost the Dask scheduler while group {group_index} was being made ({type(exc).__name__}); nothing was "
             f"published: continue with --resume (same flags)"
+        ) from None
+    except BertDataError:
+        raise  # the group's own error (a document that cannot be read, ...), raised on the worker
+    except Exception as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise DaskRunnerError(
+            f"the Dask cluster failed group {group_index} ({type(exc).__name__}: {detail}); nothing was published: "
+            f"continue with --resume (same flags)"
         ) from None

@@ -45,6 +45,11 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
     """Run every start-up check; ``local_vocab_file`` is a local copy when ``--vocab_file`` is a URL."""
     from ..tokenization import case_mismatch_warning, load_vocab
 
+    if "://" in config.vocab_file and not local_vocab_file:
+        raise ConfigError(
+            f"--vocab_file {config.vocab_file}: a URL vocabulary is read by --runner beam only; copy it to a local "
+            f"path (every Dask worker reads it at that path)"
+        )
     vocab = load_vocab(local_vocab_file or config.vocab_file)
     warning = case_mismatch_warning(vocab, config.do_lower_case)
     if warning:
