@@ -219,7 +219,9 @@ def _next_steps(manifest: Any) -> str:
     """The next commands: check the records, then feed them to training."""
     directory = str(manifest["output_dir"])
     pattern = _join(directory, f"{manifest.get('name', 'examples')}-*.tfrecords")
-    check = f"inspect_tfrecords {directory} --stats"
+    check = f"`inspect_tfrecords {directory} --stats`"
+    if "://" in directory:  # inspect reads local paths
+        check = "`inspect_tfrecords DIR --stats` on a local copy DIR of data_params.json and some or all shards"
     if manifest.get("record_schema") == "unmasked_tokens":
         return (f"next: train with the Model Zoo's BertMlmOnlyTfRecordsDynamicMaskProcessor (data_dir: {directory}); "
                 f"these token-string records are not read by inspect_tfrecords or bert_data's reader")
@@ -228,4 +230,4 @@ def _next_steps(manifest: Any) -> str:
                  f"--max_predictions_per_seq={manifest['max_predictions_per_seq']}")
     else:
         train = f"bert_data.pretraining_dataset('{directory}', ...) or the Model Zoo's MLM-only BERT input"
-    return f"next: check with `{check}`; train with `{train}`"
+    return f"next: check with {check}; train with `{train}`"

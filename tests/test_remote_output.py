@@ -148,3 +148,22 @@ def test_a_url_vocabulary_outside_beam_is_one_line(corpus, tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "--runner beam only" in err and err.count("\n") == 1
+
+
+def test_staging_keeps_documents_with_one_base_name_apart(tmp_path):
+    """Two remote documents named alike (a/x.txt, b/x.txt) are staged to distinct local copies
+    (the copies are made by parallel threads)."""
+    from bert_data.metadata import DocumentSource, WorkItem
+    from bert_data.runners.remote import stage_sources
+
+    items = []
+    for n, sub in enumerate("abcdefgh"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "x.txt").write_text(f"document {sub}\n")
+        items.append(WorkItem(DocumentSource(f"file://{tmp_path}/{sub}/x.txt", "m.txt", n + 1, f"{sub}/x.txt")))
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    staged, renames = stage_sources(items, str(stage))
+    texts = [Path(item.source.path).read_text() for item in staged]
+    assert texts == [f"document {sub}\n" for sub in "abcdefgh"]
+    assert sorted(renames.values()) == sorted(item.source.path for item in items)

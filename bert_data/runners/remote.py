@@ -72,29 +72,28 @@ def stage_sources(sources: Sequence[WorkItem], stage_dir: str) -> Tuple[List[Wor
         return list(sources), {}
     staged = list(sources)
     renames: Dict[str, str] = {}
-    copies: Dict[str, str] = {}  # remote path -> local copy (byte ranges of one file share it)
+    wanted: Dict[str, str] = {}  # remote path -> where it is listed (byte ranges of one file share a copy)
+    for _, item in remote:
+        wanted.setdefault(item.source.path, item.source.where())
+    copies = {  # named before any thread starts: numbered, so equal base names never collide
+        path: os.path.join(stage_dir, f"{n:07d}-{path.rstrip('/').rsplit('/', 1)[-1] or 'document'}")
+        for n, path in enumerate(wanted)
+    }
 
-    def fetch(path: str, where: str) -> str:
-        base = path.rstrip("/").rsplit("/", 1)[-1] or "document"
-        local = os.path.join(stage_dir, f"{len(copies):07d}-{base}")
-        copies[path] = local
+    def fetch(path: str) -> None:
         try:
-            with storage.open_read(path) as src, open(local, "wb") as dst:
+            with storage.open_read(path) as src, open(copies[path], "wb") as dst:
                 shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except BertDataError:
             raise
         except Exception as exc:  # BeamIOError, botocore errors, OSError, ...
-            raise MetadataError(f"{where}: document {path} cannot be read ({exc})") from None
-        return local
+            raise MetadataError(f"{wanted[path]}: document {path} cannot be read ({exc})") from None
 
-    wanted = {}
-    for _, item in remote:
-        wanted.setdefault(item.source.path, item.source.where())
     with ThreadPoolExecutor(max_workers=min(_STAGE_THREADS, len(wanted))) as pool:
-        locals_ = dict(zip(wanted, pool.map(lambda kv: fetch(*kv), list(wanted.items()))))
+        list(pool.map(fetch, wanted))
     for i, item in remote:
         source = item.source
-        local = locals_[source.path]
+        local = copies[source.path]
         staged[i] = WorkItem(DocumentSource(local, source.metadata_file, source.line_number, source.entry), item.start, item.end)
         renames[local] = source.path
     return staged, renames
