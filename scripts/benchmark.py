@@ -356,6 +356,16 @@ def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object
     return result
 
 
+def reader_implementation() -> str:
+    """Which TFRecord reading loops ``inspect_tfrecords`` uses here: the compiled accelerator or
+    the numpy fallback (a machine that had no C compiler at install time)."""
+    from bert_data.format import records
+
+    if records._wire is None:
+        return "the numpy reader (bert_data.format._wire is not built: no C compiler at install time)"
+    return f"the compiled reader (bert_data.format._wire, CRC32C {records._wire.CRC32C})"
+
+
 def time_inspect(out_dir: Path, workers: int) -> float:
     """Wall seconds of ``inspect_tfrecords OUT --stats`` as a user runs it (a whole process);
     exits the benchmark if it does not pass."""
@@ -435,6 +445,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"compression {args.compression}; {args.runs} runs per worker count",
             flush=True,
         )
+        if args.inspect is not None:
+            print(f"inspect reads with {reader_implementation()}", flush=True)
         results: Dict[int, Dict[str, object]] = {}
         for workers in args.workers:
             runs = []

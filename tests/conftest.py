@@ -24,6 +24,31 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
+def require_wire() -> None:
+    """Skip a test of the compiled accelerator where it was not built (no C compiler at
+    install time); fail instead when CI is set: CI must test it."""
+    from bert_data.format import records
+
+    if records._wire is None:
+        message = "bert_data.format._wire is not built (no C compiler at install time)"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI is set: the C accelerator must be built and tested)")
+        pytest.skip(message)
+
+
+@pytest.fixture(params=["c", "numpy"])
+def impl(request, monkeypatch):
+    """Run a test with the compiled accelerator (``bert_data.format._wire``) and with the numpy
+    implementations it stands in for (``records._wire`` None is how every caller tells)."""
+    from bert_data.format import records
+
+    if request.param == "c":
+        require_wire()
+    else:
+        monkeypatch.setattr(records, "_wire", None)
+    return request.param
+
+
 TINY_WORDS = (
     "the a of and to in is was it that he she they we you this on for with as at by from his her "
     "cat dog sat mat ran fast slow big small red blue green house tree river lamp light sea ship "

@@ -13,7 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_data.format.checks import check_records, clean_batch, is_masked, is_paired, token_kind_table
+from bert_data.format.checks import _c_arrays, _clean_batch_numpy, check_records, clean_batch, is_masked, is_paired, token_kind_table
+from bert_data.format import records as records_module
 from bert_data.format.schema import SCHEMAS
 from bert_data.inspection.inputs import VocabInfo
 from bert_data.inspection.stats import Accumulator
@@ -85,13 +86,34 @@ def _slow(batch: Dict[str, np.ndarray], layout: str, separator: Optional[int]) -
     return acc
 
 
-def _fast(batch: Dict[str, np.ndarray], layout: str, separator: Optional[int]) -> Optional[Accumulator]:
+def _fast(batch: Dict[str, np.ndarray], layout: str, separator: Optional[int], impl: str = "numpy") -> Optional[Accumulator]:
+    """clean_batch's answer as an accumulator. With ``impl`` "c" the int arrays are handed over as
+    the batch decoder gives them (int32), which is what the C implementation takes."""
+    if impl == "c":
+        batch = {k: v.astype(np.int32) if v.dtype.kind == "i" and _fits_int32(v) else v for k, v in batch.items()}
+        assert _c_arrays(batch, layout) is not None or not all(_fits_int32(v) for v in batch.values() if v.dtype.kind == "i")
     clean = clean_batch(batch, VOCAB, token_kind_table(VOCAB, layout, separator), layout, separator)
     if clean is None:
         return None
     acc = Accumulator(VOCAB)
     acc.add_clean(clean, layout, batch)
     return acc
+
+
+class _Counting:
+    """The accelerator module, counting its clean_rows calls."""
+
+    def __init__(self, wire, calls: list) -> None:
+        self.wire, self.calls = wire, calls
+
+    def __getattr__(self, name):
+        if name == "clean_rows":
+            self.calls.append(name)
+        return getattr(self.wire, name)
+
+
+def _fits_int32(a: np.ndarray) -> bool:
+    return a.size == 0 or (int(a.min()) >= -(2**31) and int(a.max()) < 2**31)
 
 
 def _same(a: Accumulator, b: Accumulator) -> None:
@@ -102,14 +124,19 @@ def _same(a: Accumulator, b: Accumulator) -> None:
     assert {k: v.tolist() for k, v in a.labels.items()} == {k: v.tolist() for k, v in b.labels.items()}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches())
-def test_valid_batches_take_the_fast_path_with_the_same_statistics(case):
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=batches())
+def test_valid_batches_take_the_fast_path_with_the_same_statistics(impl, monkeypatch, case):
     layout, separator, batch = case
     slow = _slow(batch, layout, separator)
     assert slow is not None, "the generator made a record the checks refuse"
-    fast = _fast(batch, layout, separator)
+    calls: list = []
+    with monkeypatch.context() as patch:
+        if impl == "c":  # the C implementation is the one that answers
+            patch.setattr(records_module, "_wire", _Counting(records_module._wire, calls))
+        fast = _fast(batch, layout, separator, impl)
     assert fast is not None
+    assert len(calls) == (1 if impl == "c" else 0)
     _same(fast, slow)
 
 
@@ -117,9 +144,9 @@ VALUES = [-1, 0, 1, 2, 3, 4, 5, 9, DOC, len(TOKENS), 1 << 20, SEQ - 1, SEQ]
 FLOATS = [0.0, -0.0, 1.0, 0.5, math.nan, 2.0]
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches(), st.data())
-def test_the_fast_path_never_vouches_for_a_bad_batch(case, data):
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=batches(), data=st.data())
+def test_the_fast_path_never_vouches_for_a_bad_batch(impl, case, data):
     """One or two cells of a valid batch changed (two reach what one cannot: a prediction at
     a [SEP] whose original is [SEP])."""
     layout, separator, batch = case
@@ -131,8 +158,11 @@ def test_the_fast_path_never_vouches_for_a_bad_batch(case, data):
         column = data.draw(st.integers(0, target.shape[1] - 1))
         target[row, column] = data.draw(st.sampled_from(FLOATS if target.dtype.kind == "f" else VALUES))
         mutated[name] = target
-    fast = _fast(mutated, layout, separator)
+    fast = _fast(mutated, layout, separator, impl)
     slow = _slow(mutated, layout, separator)
+    if impl == "c":  # and it proves exactly the batches the numpy implementation proves
+        numpy_answer = _clean_batch_numpy(mutated, VOCAB, token_kind_table(VOCAB, layout, separator), layout, separator)
+        assert (fast is None) == (numpy_answer is None)
     if slow is None:
         assert fast is None, f"{layout} separator={separator}: a bad batch passed"
     elif fast is not None:
@@ -144,7 +174,7 @@ def _one(layout: str, separator: Optional[int], **features) -> Dict[str, np.ndar
     return {name: np.asarray(value)[None, :] for name, value in features.items()}
 
 
-def test_a_prediction_at_a_kept_sep_is_refused():
+def test_a_prediction_at_a_kept_sep_is_refused(impl):
     """[CLS] the [SEP] cat [SEP], position 2 'predicted' as [SEP] kept: the SEP count is intact."""
     batch = _one(
         "nsp",
@@ -158,10 +188,10 @@ def test_a_prediction_at_a_kept_sep_is_refused():
         next_sentence_labels=[0],
     )
     assert _slow(batch, "nsp", None) is None
-    assert _fast(batch, "nsp", None) is None
+    assert _fast(batch, "nsp", None, impl) is None
 
 
-def test_a_prediction_of_the_document_separator_is_refused():
+def test_a_prediction_of_the_document_separator_is_refused(impl):
     batch = _one(
         "mlm_only",
         DOC,
@@ -172,20 +202,20 @@ def test_a_prediction_of_the_document_separator_is_refused():
         masked_lm_weights=np.array([1.0, 0.0], np.float32),
     )
     assert _slow(batch, "mlm_only", DOC) is None
-    assert _fast(batch, "mlm_only", DOC) is None
+    assert _fast(batch, "mlm_only", DOC, impl) is None
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.lists(records("nsp", None), min_size=1, max_size=5), st.sampled_from([np.int32, np.int64]))
-def test_int32_arrays_as_the_batch_decoder_gives_them(rows, dtype):
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(records("nsp", None), min_size=1, max_size=5), dtype=st.sampled_from([np.int32, np.int64]))
+def test_int32_arrays_as_the_batch_decoder_gives_them(impl, rows, dtype):
     """decode_examples(small_ints=True) hands int32 arrays over: the same answer."""
     batch = {spec.name: np.stack([r[spec.name] for r in rows]) for spec in SCHEMAS["nsp"]}
     cast = {k: (v.astype(dtype) if v.dtype.kind == "i" else v) for k, v in batch.items()}
     _same(_fast(cast, "nsp", None), _slow(batch, "nsp", None))
 
 
-def test_an_empty_window_is_refused():
+def test_an_empty_window_is_refused(impl):
     """[CLS] [SEP] and nothing between: every count is right, the length is not."""
     batch = _one("unmasked", None, input_ids=[2, 3, 0, 0], input_mask=[1, 1, 0, 0])
     assert _slow(batch, "unmasked", None) is None
-    assert _fast(batch, "unmasked", None) is None
+    assert _fast(batch, "unmasked", None, impl) is None

@@ -17,13 +17,14 @@ from bert_data.tools import inspect as insp
 from bert_data.tools.create import main as create_main
 from bert_data.format.checks import check_records, layout_from_names
 from bert_data.format.manifest import ManifestError, ObservedShards, load_manifest, verify_manifest
+from bert_data.format import records
 from bert_data.format.records import frame_records, serialize_examples
 from bert_data.inspection import parallel
 from bert_data.inspection.inputs import VocabInfo, resolve_inputs
 from bert_data.inspection.stats import MAX_REASONS, inspect_files
 from bert_data.format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
 
-from conftest import base_args, write_corpus, write_vocab
+from conftest import base_args, require_wire, write_corpus, write_vocab
 
 ORDER = sorted((f.name, f.dtype) for f in NSP_FEATURES)
 MLM_ORDER = sorted((f.name, f.dtype) for f in MLM_ONLY_FEATURES)
@@ -235,7 +236,7 @@ BAD_RECORDS = {
 }
 
 
-def test_schema_violations_are_detected(tmp_path, vocab, capsys):
+def test_schema_violations_are_detected(tmp_path, vocab, capsys, impl):
     f = tmp_path / "bad.tfrecords"
     data = encode([REC1] + list(BAD_RECORDS.values()) + [REC2])
     # structural problems: a missing feature, a wrong dtype, a wrong length, an extra feature
@@ -264,13 +265,33 @@ def test_schema_violations_are_detected(tmp_path, vocab, capsys):
     assert f"BAD RECORDS: {len(BAD_RECORDS) + 4}" in out and out.rstrip().endswith("FAILED")
 
 
+def test_reports_are_the_same_with_and_without_the_accelerator(tmp_path, tiny_corpus, tiny_vocab, capsys, monkeypatch):
+    """A real output with a damaged shard appended: the compiled reader and the numpy reader
+    report exactly the same (counts, histograms, reasons, manifest problems)."""
+    require_wire()
+    out = tmp_path / "tf"
+    assert create_main(base_args(tiny_corpus, tiny_vocab, out)) == 0
+    shard = sorted(out.glob("*.tfrecords"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one changed bit in the middle: a CRC fails, the file ends early
+    shard.write_bytes(bytes(data) + encode([REC1]))
+    capsys.readouterr()
+    reports = []
+    for wire in (records._wire, None):
+        monkeypatch.setattr(records, "_wire", wire)
+        code, report, _, _ = stats_json(capsys, tmp_path, out, "--num_workers", "1")
+        reports.append((code, report))
+    assert reports[0][0] == 1 and reports[0][1]["bad_records"] >= 1
+    assert reports[0] == reports[1]
+
+
 def test_check_records_accepts_writer_style_records():
     batch = {k: np.stack([REC1[k], REC2[k]]) for k in REC1}
     vocab = VocabInfo("v", TOKENS, 0, 1, 2, 3, 4)
     assert not any(rows.any() for rows, _ in check_records(batch, vocab))
 
 
-def test_corrupt_frame_is_a_bad_file(tmp_path, vocab, capsys):
+def test_corrupt_frame_is_a_bad_file(tmp_path, vocab, capsys, impl):
     data = bytearray(encode([REC1, REC2]))
     data[-10] ^= 0xFF  # inside the second record's payload: bad data CRC
     f = tmp_path / "a.tfrecords"
@@ -382,7 +403,7 @@ def test_manifest_length_mismatch(tmp_path, vocab, capsys):
     assert report["bad_reason_counts"] == {"input_ids has 12 values, expected 16": 1}
 
 
-def test_real_create_tfrecords_output(tmp_path, tiny_corpus, tiny_vocab, capsys):
+def test_real_create_tfrecords_output(tmp_path, tiny_corpus, tiny_vocab, capsys, impl):
     out = tmp_path / "tf"
     assert create_main(base_args(tiny_corpus, tiny_vocab, out, compression="gzip")) == 0
     manifest = json.loads((out / "data_params.json").read_text())

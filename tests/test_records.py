@@ -27,6 +27,8 @@ from bert_data.format.records import (
 )
 from bert_data.format.schema import NSP_FEATURES, feature_lengths
 
+from conftest import require_wire
+
 REPO = Path(__file__).resolve().parents[1]
 BERT_ORDER = sorted((f.name, f.dtype) for f in NSP_FEATURES)
 
@@ -523,7 +525,7 @@ def reference_payloads(path):
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 13, 64, 1 << 20])
-def test_iter_record_batches_round_trip(tmp_path, chunk_bytes):
+def test_iter_record_batches_round_trip(tmp_path, chunk_bytes, impl):
     big = bytes(range(256)) * 40  # a record larger than most chunks
     payloads = PAYLOADS + [big] + PAYLOADS
     path = tmp_path / "r.tfrecord"
@@ -535,7 +537,7 @@ def test_iter_record_batches_round_trip(tmp_path, chunk_bytes):
     assert batch_payloads(path, chunk_bytes) == ([], None)
 
 
-def test_iter_record_batches_position_reaches_the_file_size(tmp_path):
+def test_iter_record_batches_position_reaches_the_file_size(tmp_path, impl):
     path = tmp_path / "r.tfrecord"
     data = frame_records(PAYLOADS * 50)
     path.write_bytes(data)
@@ -543,7 +545,7 @@ def test_iter_record_batches_position_reaches_the_file_size(tmp_path):
     assert positions == sorted(positions) and positions[-1] == len(data)
 
 
-def test_iter_record_batches_truncated_like_iter_records(tmp_path):
+def test_iter_record_batches_truncated_like_iter_records(tmp_path, impl):
     data = frame_records(PAYLOADS)
     path = tmp_path / "t.tfrecord"
     for cut in range(len(data)):
@@ -551,7 +553,7 @@ def test_iter_record_batches_truncated_like_iter_records(tmp_path):
         assert batch_payloads(path, 16) == reference_payloads(path), cut
 
 
-def test_iter_record_batches_corruption_like_iter_records(tmp_path):
+def test_iter_record_batches_corruption_like_iter_records(tmp_path, impl):
     data = frame_records(PAYLOADS)
     path = tmp_path / "c.tfrecord"
     for i in range(len(data)):
@@ -563,7 +565,7 @@ def test_iter_record_batches_corruption_like_iter_records(tmp_path):
         assert got[1] is not None
 
 
-def test_iter_record_batches_damaged_gzip_like_iter_records(tmp_path):
+def test_iter_record_batches_damaged_gzip_like_iter_records(tmp_path, impl):
     z = gzip.compress(frame_records(PAYLOADS * 20))
     path = tmp_path / "t.gz"
     for damaged in (z[: len(z) // 2], z[:-3], z[:40] + bytes(20) + z[60:]):
@@ -631,9 +633,9 @@ def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.tolist() == b.tolist()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(layouts(), st.booleans())
-def test_decode_examples_agrees_with_parse_example(layout, small_ints):
+def test_decode_examples_agrees_with_parse_example(impl, layout, small_ints):
     payloads, spec, damaged = layout
     data = b"".join(payloads)
     lengths = np.array([len(p) for p in payloads], np.int64)
@@ -652,7 +654,7 @@ def test_decode_examples_agrees_with_parse_example(layout, small_ints):
         assert ok[i]  # every undamaged record (the writer's own encoding) is decoded in bulk
 
 
-def test_decode_examples_bert_batch():
+def test_decode_examples_bert_batch(impl):
     features = bert_batch(300, seed=5)
     order = BERT_ORDER
     payloads = serialize_examples(features, order)
@@ -672,7 +674,7 @@ def test_decode_examples_bert_batch():
     assert not ok.any()
 
 
-def test_decode_examples_every_changed_byte():
+def test_decode_examples_every_changed_byte(impl):
     """Change each byte of one record of a batch in turn (low bit: a varint keeps its width, so
     the record keeps the first record's layout): it is either refused, or read exactly as
     parse_example reads it; the other records are decoded all the same."""
@@ -698,7 +700,7 @@ def test_decode_examples_every_changed_byte():
                     assert _same_values(parsed[name], arrays[name][row]), (at, bit, name)
 
 
-def test_decode_examples_mixed_header_layouts():
+def test_decode_examples_mixed_header_layouts(impl):
     """Records whose length varints have different widths (payloads either side of 128 bytes,
     as MSL-64 input_ids are): several header layouts in one batch, all decoded, all right."""
     rng = np.random.default_rng(4)
@@ -719,3 +721,100 @@ def test_decode_examples_mixed_header_layouts():
     assert ok.all()
     for name, _ in order:
         np.testing.assert_array_equal(arrays[name], features[name])
+
+
+# ----------------------------------------------------------------------------------------
+# The C accelerator against the numpy implementations it replaces
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def wire():
+    require_wire()
+    return records._wire
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 7))
+def test_wire_crc32c_is_crc32c(data, offset):
+    require_wire()
+    import google_crc32c
+
+    view = memoryview(bytes(offset) + data)[offset:]  # every alignment of the first byte
+    assert records._wire.crc32c(view) == google_crc32c.value(data)
+
+
+@st.composite
+def frame_streams(draw):
+    """TFRecord bytes of a few payloads, then perhaps damaged: a byte changed, bytes cut off the
+    end, a byte inserted, or garbage after the frames."""
+    payloads = draw(st.lists(st.binary(max_size=40), max_size=6))
+    data = bytearray(frame_records(payloads))
+    kind = draw(st.sampled_from(["none", "flip", "truncate", "insert", "garbage"]))
+    at = draw(st.integers(0, len(data)))
+    if kind == "flip" and at < len(data):
+        data[at] ^= draw(st.integers(1, 255))
+    elif kind == "truncate":
+        data = data[:at]
+    elif kind == "insert":
+        data[at:at] = bytes([draw(st.integers(0, 255))])
+    elif kind == "garbage":
+        data += draw(st.binary(min_size=1, max_size=30))
+    return bytes(data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(frame_streams())
+def test_wire_cut_frames_agrees_with_numpy(data):
+    require_wire()
+    c_starts, c_lengths, c_end, c_bad = records._cut_frames_c(data)
+    n_starts, n_lengths, n_end, n_bad = records._cut_frames_numpy(data, {})
+    assert (c_starts.tolist(), c_lengths.tolist(), c_end, c_bad) == (n_starts.tolist(), n_lengths.tolist(), n_end, n_bad)
+
+
+def test_wire_cut_frames_huge_length_is_incomplete_not_a_crash(wire):
+    """A valid header announcing 2**63 bytes: an incomplete frame (the next chunk), no overflow."""
+    length = struct.pack("<Q", 2**63 + 5)
+    head = length + struct.pack("<I", records.masked_crc32c(length))
+    starts, lengths, end, bad = records._cut_frames_c(frame_records([b"ab"]) + head)
+    assert (lengths.tolist(), end, bad) == ([2], 18, False)
+    assert records._cut_frames_numpy(frame_records([b"ab"]) + head, {})[2:] == (18, False)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layouts(), st.booleans())
+def test_wire_decode_agrees_with_numpy(layout, small_ints):
+    """The same records decoded, to the same values (int32 with small_ints exactly when every
+    decoded value is below 2**28)."""
+    require_wire()
+    payloads, spec, _ = layout
+    data = b"".join(payloads)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    starts = np.cumsum(lengths) - lengths
+    entries = [
+        (b"\x0a" + records._varint_bytes(len(name)) + name.encode() + b"\x12", b"\x1a" if dtype == "int64" else b"\x12")
+        for name, dtype, _ in spec
+    ]
+    c_arrays, c_ok = records._decode_examples_c(data, starts, lengths, spec, [key for key, _ in entries], small_ints)
+    n_arrays, n_ok = records._decode_examples_numpy(data, starts, lengths, spec, entries, small_ints)
+    assert c_ok.tolist() == n_ok.tolist()
+    for name, dtype, k in spec:
+        assert c_arrays[name].shape == n_arrays[name].shape == (int(c_ok.sum()), k)
+        assert _same_values(c_arrays[name], n_arrays[name])
+        if dtype == "int64":
+            small = small_ints and bool((c_arrays[name] < 2**28).all())
+            assert c_arrays[name].dtype == (np.int32 if small else np.int64)
+
+
+def test_wire_decode_rejects_bad_arguments(wire):
+    ok = np.zeros(1, np.uint8)
+    one = np.zeros(1, np.int64)
+    with pytest.raises(ValueError):  # an output too small for the rows
+        wire.decode_fixed(b"x", one, one, (b"k",), b"i", (3,), (np.zeros(2, np.int64),), ok, False)
+    with pytest.raises(TypeError):
+        wire.decode_fixed(b"x", one, one, ["k"], b"i", (3,), (np.zeros(3, np.int64),), ok, False)
+    with pytest.raises(BufferError):  # a read-only output
+        wire.cut_frames(b"x" * 32, np.zeros(3, np.int64), b"\0" * 24)
+    # a row outside the buffer is not ok, not a crash
+    assert wire.decode_fixed(b"x", np.array([5], np.int64), np.array([4], np.int64), (), b"", (), (), ok, False) == 0
+    assert ok.tolist() == [0]

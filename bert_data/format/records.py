@@ -118,6 +118,11 @@ except ImportError:  # pragma: no cover - exercised by a test that monkeypatches
 
 _MASK_DELTA = 0xA282EAD8
 
+try:  # the optional C accelerator of the two batch loops below (see setup.py); same answers
+    from bert_data.format import _wire  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: the numpy implementations
+    _wire = None
+
 
 def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC32C: rotate right by 15 bits, then add a constant (mod 2**32)."""
@@ -848,7 +853,23 @@ def _chunked_batches(stream: BinaryIO, chunk_bytes: int, position: Optional[Any]
 
 def _cut_frames(data: bytes, valid_crcs: Dict[int, int]) -> Tuple[np.ndarray, np.ndarray, int, bool]:
     """(payload starts, payload lengths, end of the last whole valid frame, whether a bad frame
-    was met) of the frames at the start of ``data``.
+    was met) of the frames at the start of ``data``: :func:`_cut_frames_c` when the accelerator
+    is built, else :func:`_cut_frames_numpy` (the tests check that they agree)."""
+    if _wire is not None:
+        return _cut_frames_c(data)
+    return _cut_frames_numpy(data, valid_crcs)
+
+
+def _cut_frames_c(data: bytes) -> Tuple[np.ndarray, np.ndarray, int, bool]:
+    """:func:`_cut_frames_numpy` as one C loop (both CRCs of every frame, in order)."""
+    capacity = len(data) // 16 + 1  # a frame is at least 16 bytes
+    starts, lengths = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+    count, end, bad = _wire.cut_frames(data, starts, lengths)
+    return starts[:count], lengths[:count], end, bool(bad)
+
+
+def _cut_frames_numpy(data: bytes, valid_crcs: Dict[int, int]) -> Tuple[np.ndarray, np.ndarray, int, bool]:
+    """:func:`_cut_frames` without the accelerator.
 
     The only per-frame Python is the walk from one length to the next and one C call per
     payload CRC; the header CRCs (one per distinct length, cached in ``valid_crcs``) and the
@@ -1237,6 +1258,48 @@ def decode_examples(
          b"\x1a" if dtype == "int64" else b"\x12")
         for name, dtype, _ in features
     ]
+    if _wire is not None and len(features) <= _WIRE_MAX_FEATURES:
+        return _decode_examples_c(data, starts, lengths, features, [key for key, _ in entries], small_ints)
+    return _decode_examples_numpy(data, starts, lengths, features, entries, small_ints)
+
+
+_WIRE_MAX_FEATURES = 64  # _wire.decode_fixed's limit (our layouts have at most 7)
+
+
+def _decode_examples_c(
+    data: bytes, starts: np.ndarray, lengths: np.ndarray, features: Sequence[Tuple[str, str, int]],
+    keys: List[bytes], small_ints: bool,
+) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+    """:func:`decode_examples` as one C loop over the records (``_wire.decode_fixed``): the same
+    records decoded to the same values; with ``small_ints`` an int feature is int32 unless one of
+    its values in a decoded record is 2**28 or more (then int64, decoded again)."""
+    n = len(starts)
+    starts = np.ascontiguousarray(starts, np.int64)
+    lengths = np.ascontiguousarray(lengths, np.int64)
+    kinds = b"".join(b"f" if dtype == "float32" else b"i" for _, dtype, _ in features)
+    counts = tuple(k for _, _, k in features)
+    small = sum(1 << f for f, (_, dtype, _) in enumerate(features) if small_ints and dtype == "int64")  # int32 outputs
+    while True:
+        outs = [
+            np.empty((n, k), np.float32 if dtype == "float32" else (np.int32 if small >> f & 1 else np.int64))
+            for f, (_, dtype, k) in enumerate(features)
+        ]
+        ok = np.empty(n, np.uint8)
+        wide = _wire.decode_fixed(data, starts, lengths, tuple(keys), kinds, counts, tuple(outs), ok, small)
+        if not wide:
+            break
+        small &= ~wide  # a feature with a value past the 28 bits promised for int32: int64, decoded again
+    decoded = ok.view(bool)
+    if decoded.all():
+        return {name: a for (name, _, _), a in zip(features, outs)}, decoded
+    return {name: a[decoded] for (name, _, _), a in zip(features, outs)}, decoded
+
+
+def _decode_examples_numpy(
+    data: bytes, starts: np.ndarray, lengths: np.ndarray, features: Sequence[Tuple[str, str, int]],
+    entries: List[Entry], small_ints: bool,
+) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+    """:func:`decode_examples` without the accelerator: whole-batch numpy."""
     u8 = np.frombuffer(data, np.uint8) if data else np.zeros(1, np.uint8)  # (empty records only)
     # Zeros after the buffer let every row's block be cut at one width, even at the end: enough
     # for an entry header and for a payload of the widest values (10 bytes each).
