@@ -206,3 +206,53 @@ def test_a_lost_scheduler_is_one_line_and_resumes(corpus, tmp_path):
         _stop(workers, scheduler)
     assert resumed.returncode == 0, resumed.stderr
     assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_to_the_process_group_is_one_line_then_resumable(corpus, tmp_path, stop):
+    """A terminal's Ctrl-C (and Slurm's SIGTERM) reaches every process of the foreground group:
+    the coordinator, the fork server and every Dask worker. Only the coordinator may answer it,
+    in one line (the workers used to print a KeyboardInterrupt traceback each), and no process
+    of the run may outlive it; --resume then gives the local runner's bytes."""
+    import os
+    import time
+
+    assert main(_args(corpus, tmp_path / "local", num_workers=1)) == 0
+    marker = tmp_path / "paused"
+    args = [sys.executable, "-m", "bert_data.tools.create", *_args(corpus, tmp_path / "dask", num_workers=2, runner="dask")]
+    env = {**os.environ, "BERT_DATA_DASK_PAUSE": f"{marker}:3"}
+    run = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "group 3 never started"
+        os.killpg(run.pid, stop)  # the whole group, as a terminal or a batch system does
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 128 + stop, err
+    assert err.strip().splitlines() == [err.strip()] and "--resume" in err and "Traceback" not in err, err
+    deadline = time.monotonic() + 20
+    while (left := _alive_in_group(run.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"processes of the stopped run still alive: {left}"
+    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")
+
+
+def _alive_in_group(pgid: int) -> list:
+    """Processes of process group ``pgid`` that are not zombies (a dead process whose parent
+    has not reaped it yet is not running anything)."""
+    alive = []
+    for pid in subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split():
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive

@@ -815,6 +815,11 @@ def test_wire_decode_rejects_bad_arguments(wire):
         wire.decode_fixed(b"x", one, one, ["k"], b"i", (3,), (np.zeros(3, np.int64),), ok, False)
     with pytest.raises(BufferError):  # a read-only output
         wire.cut_frames(b"x" * 32, np.zeros(3, np.int64), b"\0" * 24)
+    ids = np.array([[2, 5, 3]], np.int32)
+    params = (1, 3, 0, 2, 3, 4, 0, -1, False, False, True, 1, 2, 4, 8)  # a vocabulary of 0 ids
+    with pytest.raises(ValueError, match="vocabulary"):
+        wire.clean_rows((ids, ids, None, None, None, None, None), params, np.zeros(8, np.uint8),
+                        np.zeros(1, np.int64), np.zeros(1, np.int64))
     # a row outside the buffer is not ok, not a crash
     assert wire.decode_fixed(b"x", np.array([5], np.int64), np.array([4], np.int64), (), b"", (), (), ok, False) == 0
     assert ok.tolist() == [0]

@@ -495,8 +495,8 @@ static PyObject *clean_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(params, "nnnLLLLLpppIIII", &c.n, &c.seq, &c.slots, &c.cls, &c.sep, &c.mask, &c.size, &c.mids_not,
                           &c.paired, &c.masked, &c.count_seps, &c.kind_special, &c.kind_unk, &c.kind_cls, &c.kind_sep))
         return NULL;
-    if (PyTuple_GET_SIZE(arrays) != 7 || c.n < 0 || c.seq < 0 || c.slots < 0) {
-        PyErr_SetString(PyExc_ValueError, "clean_rows: 7 arrays and non-negative sizes");
+    if (PyTuple_GET_SIZE(arrays) != 7 || c.n < 0 || c.seq < 0 || c.slots < 0 || c.size <= 0 || c.size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "clean_rows: 7 arrays, non-negative sizes and a vocabulary of 1 to 2**31-1 ids");
         return NULL;
     }
     Py_buffer views[10];
