@@ -484,3 +484,32 @@ def test_large_bert_file_is_ranged_and_worker_count_free(tmp_path, capsys):
         assert manifest["input_bytes"] == (tmp_path / "big.txt").stat().st_size and manifest["groups"] >= 4
         outputs.append([(out / f"examples-{i}.tfrecords").read_bytes() for i in (1, 2)])
     assert outputs[0] == outputs[1]
+
+
+def test_inspect_finds_the_hidden_manifest_of_named_output_files(capsys, layout):
+    """``inspect_tfrecords`` on BERT-named output files reads the manifest create_pretraining_data
+    hid beside them (.NAME.data_params.json): the vocabulary it names, each file's record count and
+    the lengths are checked, as for a directory's data_params.json."""
+    from bert_data.tools import inspect as insp
+
+    common = ["--input_file=corpus/*.txt", f"--vocab_file={layout['vocab']}", "--dupe_factor=2", "--quiet"]
+    names = [layout["out"] / "many" / f"part-{i}" for i in range(3)]
+    assert run(capsys, *common, "--output_file=" + ",".join(map(str, names)))[0] == 0
+    report_path = layout["out"] / "stats.json"
+    for files in (names, names[1:]):  # the first file (whose name the manifest bears), or only others
+        code = insp.main([*map(str, files), "--stats", "--quiet", "--json", str(report_path)])
+        out, err = capsys.readouterr()
+        report = json.loads(report_path.read_text())
+        assert code == 0, (out, err)
+        assert [m["path"] for m in report["manifests"]] == [str(names[0].parent / ".part-0.data_params.json")]
+        assert report["manifests"][0]["n_examples_checked"] is (files == names)
+        assert report["unk"]["rate"] is not None  # the vocabulary came from the manifest
+    assert insp.main([str(names[1]), "-n", "1"]) == 0  # printing needs a vocabulary: found there too
+    assert "[CLS]" in capsys.readouterr().out
+    manifest_file = names[0].parent / ".part-0.data_params.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["instances_per_output_file"][str(names[2])] += 1  # a count that is not the file's
+    manifest_file.write_text(json.dumps(manifest))
+    assert insp.main([*map(str, names), "--stats", "--quiet", "--json", str(report_path)]) == 1
+    problems = json.loads(report_path.read_text())["manifest_problems"]
+    assert any("part-2" in p and "holds" in p for p in problems), problems

@@ -18,7 +18,7 @@ from bert_data.tools import inspect as insp
 from bert_data.tools.create import main as create_main
 from bert_data.format.checks import check_records, layout_from_names
 from bert_data.format.manifest import ManifestError, ObservedShards, load_manifest, verify_manifest
-from bert_data.format import records
+from bert_data.format import records as records_module
 from bert_data.format.records import frame_records, serialize_examples
 from bert_data.inspection import parallel
 from bert_data.inspection.inputs import VocabInfo, resolve_inputs
@@ -278,8 +278,8 @@ def test_reports_are_the_same_with_and_without_the_accelerator(tmp_path, tiny_co
     shard.write_bytes(bytes(data) + encode([REC1]))
     capsys.readouterr()
     reports = []
-    for wire in (records._wire, None):
-        monkeypatch.setattr(records, "_wire", wire)
+    for wire in (records_module._wire, None):
+        monkeypatch.setattr(records_module, "_wire", wire)
         code, report, _, _ = stats_json(capsys, tmp_path, out, "--num_workers", "1")
         reports.append((code, report))
     assert reports[0][0] == 1 and reports[0][1]["bad_records"] >= 1

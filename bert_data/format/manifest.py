@@ -12,6 +12,7 @@ and checking it against the shards actually found (:func:`verify_manifest`).
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -167,6 +168,51 @@ def _read_local_text(path: str) -> str:
         raise FileNotFoundError(path)
     with open(path, encoding="utf-8") as handle:
         return handle.read()
+
+
+NAMED_MANIFEST_SUFFIX = ".data_params.json"
+
+
+def named_outputs_manifest_path(first_output: str) -> str:
+    """``DIR/.NAME.data_params.json``: the manifest of output files named one by one (google-research/
+    bert's ``--output_file a,b,c``, written by ``create_pretraining_data``), beside the first of
+    them and hidden, so that ``run_pretraining.py --input_file=DIR/NAME*`` never matches it."""
+    head, name = os.path.split(os.path.abspath(first_output))
+    return os.path.join(head, f".{name}{NAMED_MANIFEST_SUFFIX}")
+
+
+def load_file_manifest(path: str, directory_manifest: Optional[Manifest] = None) -> Optional[Manifest]:
+    """The manifest describing the record file ``path``: ``directory_manifest`` (its directory's
+    ``data_params.json``, which the caller may have read already) when there is one; else the
+    hidden manifest of named output files (:func:`named_outputs_manifest_path`) in its directory
+    whose ``output_files`` include it. That one is seen as a directory manifest would be: its
+    ``instances_per_output_file`` as ``instances_per_shard``, keyed by file name, so
+    :func:`verify_manifest` checks the files' record counts against it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory_manifest is None:
+        directory_manifest = load_manifest(directory)
+    if directory_manifest is not None:
+        return directory_manifest
+    base = os.path.basename(path)
+    first = named_outputs_manifest_path(path)
+    others = sorted(glob.glob(os.path.join(glob.escape(directory), ".*" + NAMED_MANIFEST_SUFFIX)))
+    for candidate in [first] + [c for c in others if c != first]:
+        try:
+            data = json.loads(_read_local_text(candidate))
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if candidate == first:  # the manifest named after this very file: say it is damaged
+                raise ManifestError(f"{candidate}: cannot be read as JSON ({exc})") from None
+            continue
+        outputs = data.get("output_files") if isinstance(data, dict) else None
+        if not isinstance(outputs, list) or base not in {os.path.basename(o) for o in outputs if isinstance(o, str)}:
+            continue
+        per_file = data.get("instances_per_output_file")
+        if isinstance(per_file, dict):
+            data = dict(data, instances_per_shard={os.path.basename(k): v for k, v in per_file.items()})
+        return Manifest(candidate, data)
+    return None
 
 
 def load_manifest(directory: str, read_text: Optional[ReadText] = None) -> Optional[Manifest]:

@@ -22,6 +22,7 @@ from ..format.manifest import (
     ObservedShards,
     Separator,
     file_sha256,
+    load_file_manifest,
     load_manifest,
     manifest_layout,
     manifest_separator,
@@ -40,6 +41,7 @@ __all__ = [
     "vocab_differs",
     "names_source",
     "Group",
+    "Groups",
 ]
 
 
@@ -185,7 +187,11 @@ class Group:
 
     @classmethod
     def for_directory(cls, directory: str, dir_given: bool = False) -> "Group":
-        group = cls(directory, load_manifest(directory), dir_given=dir_given)
+        return cls.with_manifest(directory, load_manifest(directory), dir_given)
+
+    @classmethod
+    def with_manifest(cls, directory: str, manifest: Optional[Manifest], dir_given: bool = False) -> "Group":
+        group = cls(directory, manifest, dir_given=dir_given)
         m = group.manifest
         if m is not None:
             group.layout, group.layout_from, _ = manifest_layout(m)  # a bad record_schema: verify_manifest
@@ -244,3 +250,29 @@ class Group:
             pred_length=self.observed_pred,
             whole_directory=self.dir_given,
         )
+
+
+class Groups:
+    """The :class:`Group` of each record file, made on first use: one per manifest that describes
+    files (a directory's ``data_params.json``, or the hidden manifest of named output files that
+    ``create_pretraining_data`` writes beside them: :func:`load_file_manifest`), and one per
+    directory without either. Each directory's ``data_params.json`` is read once."""
+
+    def __init__(self, dirs_given: Sequence[str] = ()) -> None:
+        self.dirs_given = set(dirs_given)
+        self.by_key: Dict[str, Group] = {}
+        self._directory_manifests: Dict[str, Optional[Manifest]] = {}
+
+    def of(self, path: str) -> Group:
+        directory = file_directory(path)
+        if directory not in self._directory_manifests:
+            self._directory_manifests[directory] = load_manifest(directory)
+        manifest = load_file_manifest(path, self._directory_manifests[directory])
+        key = manifest.path if manifest is not None else directory
+        group = self.by_key.get(key)
+        if group is None:
+            group = self.by_key[key] = Group.with_manifest(directory, manifest, dir_given=directory in self.dirs_given)
+        return group
+
+    def values(self) -> List[Group]:
+        return list(self.by_key.values())

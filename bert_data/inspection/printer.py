@@ -18,7 +18,7 @@ from ..errors import RecordFormatError
 from ..format.checks import check_records, is_masked, is_paired, layout_names, structure_problem
 from ..format.records import iter_records, parse_example
 from . import InspectError
-from .inputs import Group, InputFile, VocabInfo, file_directory
+from .inputs import Group, Groups, InputFile, VocabInfo
 from .report import plural
 
 __all__ = ["PREDICTION_LEGEND", "decode_instance", "decode_sequence", "print_instances"]
@@ -155,7 +155,7 @@ def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out: O
     out = out if out is not None else sys.stdout
     shown = bad = 0
     legend = False
-    groups: Dict[str, Group] = {}
+    groups = Groups()
     for f in files:
         if shown >= n:
             break
@@ -163,10 +163,7 @@ def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out: O
             handle = open(f.path, "rb")
         except OSError as exc:
             raise InspectError(f"{f.path}: cannot be read ({exc.strerror or exc})") from None
-        directory = file_directory(f.path)
-        group = groups.get(directory)
-        if group is None:
-            group = groups[directory] = Group.for_directory(directory)
+        group = groups.of(f.path)
         with handle:
             index = 0
             try:

@@ -42,7 +42,7 @@ from ..format.manifest import verify_manifest
 from ..format.records import RecordBatch, decode_examples, iter_record_batches, parse_example
 from ..format.schema import feature_length
 from . import InspectError
-from .inputs import Group, InputFile, VocabInfo, detect_compression, file_directory, vocab_differs
+from .inputs import Group, Groups, InputFile, VocabInfo, detect_compression, vocab_differs
 
 __all__ = [
     "MAX_REASONS",
@@ -385,16 +385,11 @@ def _read_all(
     num_workers: int,
     progress: Optional[Progress],
 ) -> Tuple[Dict[str, Group], List[FileResult]]:
-    """Read every file: the directory groups (with what reading found) and each file's result,
+    """Read every file: the groups (one per manifest, or per directory without one; with what
+    reading found) and each file's result,
     in file order. With ``num_workers`` > 1, files are read by worker processes (:mod:`.parallel`)."""
-    groups: Dict[str, Group] = {}
-    tasks: List[Tuple[str, Group]] = []
-    for f in files:
-        directory = file_directory(f.path)
-        group = groups.get(directory)
-        if group is None:
-            group = groups[directory] = Group.for_directory(directory, dir_given=directory in dirs_given)
-        tasks.append((f.path, group))
+    groups = Groups(dirs_given)
+    tasks: List[Tuple[str, Group]] = [(f.path, groups.of(f.path)) for f in files]
     results: Optional[List[FileResult]] = None
     if num_workers > 1 and len(tasks) > 1:
         from .parallel import read_files_in_parallel, worker_count
@@ -412,7 +407,7 @@ def _read_all(
             group.observed_seq = result.observed_seq
         if group.observed_pred is None:
             group.observed_pred = result.observed_pred
-    return groups, results
+    return groups.by_key, results
 
 
 def _hist_summary(hist: np.ndarray) -> Dict[str, Any]:

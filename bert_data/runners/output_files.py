@@ -26,12 +26,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..errors import ConfigError, OutputError, ResumeError
-from ..format.manifest import MANIFEST_NAME
+from ..format.manifest import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX as MANIFEST_SUFFIX, named_outputs_manifest_path
 from ..storage import write_json_atomically
 from ..writer import WORK_DIR_NAME, shard_file_names
 
 STAGING_SUFFIX = ".bert_data"
-MANIFEST_SUFFIX = ".data_params.json"
 INPUT_LIST_NAME = "input_files.txt"  # the expanded --input_file, as the runner's metadata file
 SHARD_NAME = "examples"  # shard prefix inside the staging directory
 MAX_FILE_NAME_BYTES = 255
@@ -44,9 +43,9 @@ def staging_dir(first_output: str) -> str:
 
 
 def manifest_path(first_output: str) -> str:
-    """``DIR/.NAME.data_params.json``: the manifest of the output files."""
-    head, name = os.path.split(os.path.abspath(first_output))
-    return os.path.join(head, f".{name}{MANIFEST_SUFFIX}")
+    """``DIR/.NAME.data_params.json``: the manifest of the output files (the rule is
+    :func:`bert_data.format.manifest.named_outputs_manifest_path`'s: inspect reads it too)."""
+    return named_outputs_manifest_path(first_output)
 
 
 def expand_input_patterns(value: str, flag: str = "--input_file") -> List[str]:

@@ -44,7 +44,7 @@ import sys
 from typing import Any, Dict, Optional, Sequence
 
 from ..errors import BertDataError, print_error
-from ..format.manifest import MANIFEST_NAME, load_manifest
+from ..format.manifest import MANIFEST_NAME, load_file_manifest
 from ..inspection import InspectError
 from ..inspection.inputs import InputFile, VocabInfo, load_vocab_info, manifest_vocab_path, resolve_inputs, vocab_differs
 from ..inspection.printer import print_instances
@@ -123,10 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _choose_vocab(args: argparse.Namespace, files: Sequence[InputFile], required: bool) -> Optional[VocabInfo]:
-    """--vocab_file, else the vocab_file of the data_params.json beside the first file."""
+    """--vocab_file, else the vocab_file of the manifest of the first file (the data_params.json
+    beside it, or the hidden one of named output files)."""
     if args.vocab_file:
         return load_vocab_info(args.vocab_file)
-    manifest = load_manifest(os.path.dirname(os.path.abspath(files[0].path)))
+    manifest = load_file_manifest(files[0].path)
     path = manifest_vocab_path(manifest) if manifest else None
     if path is None:
         if required:
@@ -143,7 +144,7 @@ def _choose_vocab(args: argparse.Namespace, files: Sequence[InputFile], required
 
 def _print_mode(args: argparse.Namespace, files: Sequence[InputFile], vocab: VocabInfo) -> int:
     """Without --stats: print the first -n records; exit 1 when one of them is bad."""
-    manifest = load_manifest(os.path.dirname(os.path.abspath(files[0].path)))
+    manifest = load_file_manifest(files[0].path)
     if vocab_differs(vocab, manifest):
         assert manifest is not None
         print(
