@@ -823,3 +823,19 @@ def test_wire_decode_rejects_bad_arguments(wire):
     # a row outside the buffer is not ok, not a crash
     assert wire.decode_fixed(b"x", np.array([5], np.int64), np.array([4], np.int64), (), b"", (), (), ok, False) == 0
     assert ok.tolist() == [0]
+
+
+def test_a_stale_accelerator_build_is_refused_with_a_warning():
+    """A _wire module of another API (built from an older _wire.c in an editable checkout) is
+    never called: records falls back to numpy and says how to rebuild."""
+    code = (
+        "import logging, sys, types\n"
+        "logging.basicConfig()\n"
+        "stale = types.ModuleType('bert_data.format._wire'); stale.API = 0\n"
+        "sys.modules['bert_data.format._wire'] = stale\n"
+        "from bert_data.format import records\n"
+        "assert records._wire is None\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "built from another version of _wire.c" in proc.stderr and "pip install -e ." in proc.stderr

@@ -563,6 +563,12 @@ PyMODINIT_FUNC PyInit__wire(void) {
     }
     crc_choose();
     PyObject *m = PyModule_Create(&module);
+    /* records.py uses the module only when API equals its own WIRE_API: raise both together when
+     * a function's arguments or results change, so that a stale build is never called */
+    if (m && PyModule_AddIntConstant(m, "API", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m && PyModule_AddStringConstant(m, "CRC32C", crc_name) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -118,9 +118,19 @@ except ImportError:  # pragma: no cover - exercised by a test that monkeypatches
 
 _MASK_DELTA = 0xA282EAD8
 
-try:  # the optional C accelerator of the two batch loops below (see setup.py); same answers
+WIRE_API = 1  # the interface of bert_data/format/_wire.c this module calls (its API constant)
+
+try:  # the optional C accelerator of the batch loops below (see setup.py); same answers
     from bert_data.format import _wire  # type: ignore[attr-defined]
 except ImportError:  # no C compiler at install time: the numpy implementations
+    _wire = None
+if _wire is not None and getattr(_wire, "API", None) != WIRE_API:  # a stale build
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "bert_data.format._wire was built from another version of _wire.c (API %s, expected %s): reading "
+        "TFRecords with numpy; rebuild it with `pip install -e .` (or reinstall)", getattr(_wire, "API", None), WIRE_API,
+    )
     _wire = None
 
 
