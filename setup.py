@@ -1,7 +1,7 @@
 """Only the optional C accelerator lives here; every other setting is in pyproject.toml.
 
-``bert_data.format._wire`` speeds up reading TFRecords (``inspect_tfrecords --stats``) about
-tenfold. It is optional: without a C compiler the build skips it with a warning and the package
+``bert_data.format._wire`` makes reading TFRecords (``inspect_tfrecords --stats``) about 2.3×
+faster than the numpy code it stands in for. It is optional: without a C compiler the build skips it with a warning and the package
 uses its numpy implementation of the same functions (``bert_data.format.records``), which gives
 the same answers (the tests check both).
 """

@@ -513,3 +513,19 @@ def test_inspect_finds_the_hidden_manifest_of_named_output_files(capsys, layout)
     assert insp.main([*map(str, names), "--stats", "--quiet", "--json", str(report_path)]) == 1
     problems = json.loads(report_path.read_text())["manifest_problems"]
     assert any("part-2" in p and "holds" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("content, why", [("{not json", "cannot be read as JSON"), ("[1, 2]", "not a JSON object")])
+def test_inspect_refuses_a_damaged_hidden_manifest_in_one_line(capsys, layout, content, why):
+    """The manifest named after the file inspected is damaged: one line naming it, exit 2 (not
+    a silent read as if there were no manifest)."""
+    from bert_data.tools import inspect as insp
+
+    output = layout["out"] / "x.tfrecord"
+    assert run(capsys, "--input_file=corpus/a.txt", f"--output_file={output}", f"--vocab_file={layout['vocab']}", "--quiet")[0] == 0
+    hidden = output.parent / ".x.tfrecord.data_params.json"
+    hidden.write_text(content)
+    for argv in ([str(output), "--stats", "--quiet"], [str(output), "-n", "1", "--vocab_file", str(layout["vocab"])]):
+        assert insp.main(argv) == 2
+        out, err = capsys.readouterr()
+        assert err.startswith(f"inspect_tfrecords: error: {hidden}: {why}") and err.count("\n") == 1, err

@@ -3,8 +3,9 @@
  * Optional accelerator of bert_data/format/records.py and checks.py (built when a C compiler is
  * present, skipped otherwise): those modules keep the numpy implementations of every function,
  * use them when this module is missing (records._wire is None), and the tests check that both
- * give the same answers on random and damaged input. No numpy headers: arrays come and go through the buffer protocol, so building
- * needs nothing but Python's own headers.
+ * give the same answers on random and damaged input. No numpy headers: arrays come and go
+ * through the buffer protocol, so building needs nothing but Python's own headers. Little-endian
+ * machines only (the import fails elsewhere, and numpy is used).
  *
  * cut_frames(data, starts_out, lengths_out) -> (count, end, bad)
  *     Walk the TFRecord frames at the start of `data` (uint64 length, masked CRC32C of the length,
@@ -60,19 +61,13 @@ static uint32_t crc_sliced(const uint8_t *p, size_t n) {
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        w ^= c; /* little-endian only: see crc_usable_slices */
+        w ^= c; /* the first 4 bytes are the low ones: little-endian (see PyInit__wire) */
         c = crc_table[7][w & 0xFF] ^ crc_table[6][(w >> 8) & 0xFF] ^ crc_table[5][(w >> 16) & 0xFF] ^
             crc_table[4][(w >> 24) & 0xFF] ^ crc_table[3][(w >> 32) & 0xFF] ^ crc_table[2][(w >> 40) & 0xFF] ^
             crc_table[1][(w >> 48) & 0xFF] ^ crc_table[0][w >> 56];
         p += 8;
         n -= 8;
     }
-    while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-static uint32_t crc_bytewise(const uint8_t *p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
     while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
 }
@@ -95,13 +90,11 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(const uint8_t *p, size_
 #endif
 
 typedef uint32_t (*crc_fn)(const uint8_t *, size_t);
-static crc_fn crc32c = crc_bytewise;
-static const char *crc_name = "bytewise";
+static crc_fn crc32c = crc_sliced;
+static const char *crc_name = "slice-by-8";
 
 static void crc_choose(void) {
     crc_init();
-    const uint16_t probe = 1;
-    if (*(const uint8_t *)&probe == 1) { crc32c = crc_sliced; crc_name = "slice-by-8"; }
 #ifdef HAVE_HW_CRC
     __builtin_cpu_init();
     if (__builtin_cpu_supports("sse4.2")) { crc32c = crc_hw; crc_name = "sse4.2"; }
@@ -386,9 +379,8 @@ typedef struct {
 } CleanSums;
 
 /* The masked-LM checks of row r (run length `real`, first segment's last position `end_a`);
- * adds its [MASK]/kept counts to *sums; returns the row's predictions, or -1 when a check fails. */
-static Py_ssize_t clean_predictions(const Clean *c, Py_ssize_t r, long long real, long long end_a, CleanSums *sums,
-                                    long long *shown_row) {
+ * puts its predictions and [MASK]/kept counts in *row; returns 0 when a check fails. */
+static int clean_predictions(const Clean *c, Py_ssize_t r, long long real, long long end_a, CleanSums *row) {
     const int32_t *pos = c->pos + r * c->slots, *mids = c->mids + r * c->slots, *id = c->ids + r * c->seq;
     const float *w = c->weights + r * c->slots;
     Py_ssize_t p = 0;
@@ -396,22 +388,21 @@ static Py_ssize_t clean_predictions(const Clean *c, Py_ssize_t r, long long real
     long long shown = 0, kept = 0;
     for (Py_ssize_t j = 0; j < c->slots; j++) {
         long long at = pos[j], orig = mids[j];
-        if (at < 0 || at >= real || orig < 0 || orig >= c->size) return -1;
+        if (at < 0 || at >= real || orig < 0 || orig >= c->size) return 0;
         if (j >= p) {
-            if (at != 0 || orig != 0 || w[j] != 0.0f) return -1;
+            if (at != 0 || orig != 0 || w[j] != 0.0f) return 0;
             continue;
         }
-        if (w[j] != 1.0f || (j && at <= pos[j - 1])) return -1; /* weights 1.0, positions ascending */
-        if (at == real - 1 || at == end_a || orig == c->sep || orig == c->mids_not) return -1;
+        if (w[j] != 1.0f || (j && at <= pos[j - 1])) return 0; /* weights 1.0, positions ascending */
+        if (at == real - 1 || at == end_a || orig == c->sep || orig == c->mids_not) return 0;
         long long current = id[at];
         if (current == c->mask) shown++;
         else if (current == orig) kept++;
     }
-    sums->shown += shown;
-    sums->kept += kept;
-    sums->predictions += p;
-    *shown_row = shown;
-    return p;
+    row->shown = shown;
+    row->kept = kept;
+    row->predictions = p;
+    return 1;
 }
 
 /* Every check of row r; 0 when one fails. Branch-free loops that OR a `bad` flag: the row is
@@ -453,31 +444,28 @@ static int clean_row(const Clean *c, Py_ssize_t r, int64_t *real_out, int64_t *p
     } else if (real < 3) {
         return 0;
     }
-    Py_ssize_t p = 0;
-    long long shown = 0;
+    CleanSums row = {0, 0, 0, 0, 0}; /* the row's predictions: none when unmasked */
     if (c->masked) {
-        CleanSums row = {0, 0, 0, 0, 0};
-        if ((p = clean_predictions(c, r, real, end_a, &row, &shown)) < 0) return 0;
+        if (!clean_predictions(c, r, real, end_a, &row)) return 0;
         /* the kinds above are of the ids shown; at a prediction the original id is masked_lm_ids */
         const int32_t *pos = c->pos + r * c->slots, *mids = c->mids + r * c->slots;
-        for (Py_ssize_t j = 0; j < p; j++) {
+        for (Py_ssize_t j = 0; j < row.predictions; j++) {
             const unsigned now = c->kinds[id[pos[j]]], was = c->kinds[mids[j]];
             cls += ((was & c->kind_cls) != 0) - ((now & c->kind_cls) != 0);
             seps += ((was & c->kind_sep) != 0) - ((now & c->kind_sep) != 0);
             plain += ((was & c->kind_special) == 0) - ((now & c->kind_special) == 0);
             unk += (was == c->kind_unk) - (now == c->kind_unk);
         }
-        if (masks != shown || cls != 1 || (c->count_seps && seps != (c->paired ? 2 : 1))) return 0;
-        sums->shown += row.shown;
-        sums->kept += row.kept;
-        sums->predictions += row.predictions;
-    } else if (masks != 0 || cls != 1 || (c->count_seps && seps != (c->paired ? 2 : 1))) {
-        return 0; /* a [MASK] where no prediction is; a [CLS] or [SEP] besides the layout's */
     }
+    /* a [MASK] where no prediction is; a [CLS] or [SEP] besides the layout's */
+    if (masks != row.shown || cls != 1 || (c->count_seps && seps != (c->paired ? 2 : 1))) return 0;
+    sums->shown += row.shown;
+    sums->kept += row.kept;
+    sums->predictions += row.predictions;
     sums->real_tokens += plain;
     sums->unk_tokens += unk;
     real_out[r] = real;
-    pred_out[r] = p;
+    pred_out[r] = row.predictions;
     return 1;
 }
 

@@ -18,7 +18,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import __version__
 from ..errors import RecordFormatError, plural
@@ -181,31 +181,48 @@ def named_outputs_manifest_path(first_output: str) -> str:
     return os.path.join(head, f".{name}{NAMED_MANIFEST_SUFFIX}")
 
 
-def load_file_manifest(path: str, directory_manifest: Optional[Manifest] = None) -> Optional[Manifest]:
-    """The manifest describing the record file ``path``: ``directory_manifest`` (its directory's
-    ``data_params.json``, which the caller may have read already) when there is one; else the
-    hidden manifest of named output files (:func:`named_outputs_manifest_path`) in its directory
-    whose ``output_files`` include it. That one is seen as a directory manifest would be: its
-    ``instances_per_output_file`` as ``instances_per_shard``, keyed by file name, so
-    :func:`verify_manifest` checks the files' record counts against it."""
+def named_output_manifests(directory: str) -> List[Tuple[str, Union[Dict[str, Any], str]]]:
+    """The hidden manifests of named output files in ``directory`` (:func:`named_outputs_manifest_path`):
+    ``(path, its JSON object)``, or ``(path, why it is not one)``."""
+    found: List[Tuple[str, Union[Dict[str, Any], str]]] = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(directory), ".*" + NAMED_MANIFEST_SUFFIX))):
+        try:
+            data = json.loads(_read_local_text(path))
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            found.append((path, f"cannot be read as JSON ({exc})"))
+            continue
+        found.append((path, data if isinstance(data, dict) else "not a JSON object"))
+    return found
+
+
+def load_file_manifest(
+    path: str,
+    directory_manifest: Optional[Manifest] = None,
+    named: Optional[List[Tuple[str, Union[Dict[str, Any], str]]]] = None,
+) -> Optional[Manifest]:
+    """The manifest describing the record file ``path``: its directory's ``data_params.json``
+    when there is one; else the hidden manifest of named output files in its directory whose
+    ``output_files`` include it (the one named after ``path`` first). That one is seen as a
+    directory manifest would be: its ``instances_per_output_file`` as ``instances_per_shard``,
+    keyed by file name, so :func:`verify_manifest` checks the files' record counts against it.
+    A caller reading many files passes what it has read of their directory already
+    (``directory_manifest``, ``named``: :func:`named_output_manifests`). Raises
+    :class:`ManifestError` when the manifest named after ``path`` is damaged."""
     directory = os.path.dirname(os.path.abspath(path))
     if directory_manifest is None:
         directory_manifest = load_manifest(directory)
     if directory_manifest is not None:
         return directory_manifest
-    base = os.path.basename(path)
-    first = named_outputs_manifest_path(path)
-    others = sorted(glob.glob(os.path.join(glob.escape(directory), ".*" + NAMED_MANIFEST_SUFFIX)))
-    for candidate in [first] + [c for c in others if c != first]:
-        try:
-            data = json.loads(_read_local_text(candidate))
-        except FileNotFoundError:
+    base, own = os.path.basename(path), named_outputs_manifest_path(path)
+    entries = named if named is not None else named_output_manifests(directory)
+    for candidate, data in sorted(entries, key=lambda entry: entry[0] != own):
+        if isinstance(data, str):
+            if candidate == own:
+                raise ManifestError(f"{candidate}: {data}")
             continue
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            if candidate == first:  # the manifest named after this very file: say it is damaged
-                raise ManifestError(f"{candidate}: cannot be read as JSON ({exc})") from None
-            continue
-        outputs = data.get("output_files") if isinstance(data, dict) else None
+        outputs = data.get("output_files")
         if not isinstance(outputs, list) or base not in {os.path.basename(o) for o in outputs if isinstance(o, str)}:
             continue
         per_file = data.get("instances_per_output_file")

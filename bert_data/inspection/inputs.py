@@ -25,6 +25,7 @@ from ..format.manifest import (
     load_file_manifest,
     load_manifest,
     manifest_layout,
+    named_output_manifests,
     manifest_separator,
 )
 from ..format.records import natural_key, tfrecord_compression
@@ -186,10 +187,6 @@ class Group:
     dir_given: bool = False
 
     @classmethod
-    def for_directory(cls, directory: str, dir_given: bool = False) -> "Group":
-        return cls.with_manifest(directory, load_manifest(directory), dir_given)
-
-    @classmethod
     def with_manifest(cls, directory: str, manifest: Optional[Manifest], dir_given: bool = False) -> "Group":
         group = cls(directory, manifest, dir_given=dir_given)
         m = group.manifest
@@ -261,18 +258,16 @@ class Groups:
     def __init__(self, dirs_given: Sequence[str] = ()) -> None:
         self.dirs_given = set(dirs_given)
         self.by_key: Dict[str, Group] = {}
-        self._directory_manifests: Dict[str, Optional[Manifest]] = {}
+        self._read: Dict[str, Tuple[Optional[Manifest], Any]] = {}  # directory -> its manifests, read once
 
     def of(self, path: str) -> Group:
         directory = file_directory(path)
-        if directory not in self._directory_manifests:
-            self._directory_manifests[directory] = load_manifest(directory)
-        manifest = load_file_manifest(path, self._directory_manifests[directory])
+        if directory not in self._read:
+            found = load_manifest(directory)
+            self._read[directory] = (found, None if found is not None else named_output_manifests(directory))
+        manifest = load_file_manifest(path, *self._read[directory])
         key = manifest.path if manifest is not None else directory
         group = self.by_key.get(key)
         if group is None:
             group = self.by_key[key] = Group.with_manifest(directory, manifest, dir_given=directory in self.dirs_given)
         return group
-
-    def values(self) -> List[Group]:
-        return list(self.by_key.values())

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..errors import ConfigError, OutputError, ResumeError
-from ..format.manifest import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX as MANIFEST_SUFFIX, named_outputs_manifest_path
+from ..format.manifest import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, named_outputs_manifest_path
 from ..storage import write_json_atomically
 from ..writer import WORK_DIR_NAME, shard_file_names
 
@@ -108,7 +108,7 @@ def check_output_files(value: str, inputs: Sequence[str], vocab_file: str, flag:
         seen[real] = position
         _check_parent(path, entry, flag)
         outputs.append(path)
-    longest = f".{os.path.basename(outputs[0])}{MANIFEST_SUFFIX}.tmp"
+    longest = f".{os.path.basename(outputs[0])}{NAMED_MANIFEST_SUFFIX}.tmp"
     if len(longest.encode("utf-8", "surrogateescape")) > MAX_FILE_NAME_BYTES:
         raise ConfigError(f"{flag} {entries[0]}: the file name is too long for the manifest beside it; shorten it")
     return outputs
