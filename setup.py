@@ -2,7 +2,7 @@
 
 ``bert_data.format._wire`` makes reading TFRecords (``inspect_tfrecords --stats``) about 2.3×
 faster than the numpy code it stands in for. It is optional: without a C compiler the build skips it with a warning and the package
-uses its numpy implementation of the same functions (``bert_data.format.records``), which gives
+uses its numpy implementation of the same functions (``bert_data.format.batch_decode``), which gives
 the same answers (the tests check both).
 """
 

@@ -25,12 +25,12 @@ _EXPORTS = {
     "FullTokenizer": "bert_data.tokenization",
     "load_vocab": "bert_data.tokenization",
     "Config": "bert_data.config",
-    "build_config": "bert_data.config",
-    "run": "bert_data.runners.local",
-    "run_job": "bert_data.runners.local",
-    "iter_records": "bert_data.format.records",
-    "parse_example": "bert_data.format.records",
-    "serialize_examples": "bert_data.format.records",
+    "build_config": "bert_data.presets",
+    "run": "bert_data.runners.job",
+    "run_job": "bert_data.runners.job",
+    "iter_records": "bert_data.format.tfrecord",
+    "parse_example": "bert_data.format.example_wire",
+    "serialize_examples": "bert_data.format.example_wire",
     "BertDataError": "bert_data.errors",
 }
 

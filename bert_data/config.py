@@ -1,8 +1,9 @@
 """The one frozen configuration object.
 
 Built from (lowest to highest precedence) the dataclass defaults, a YAML preset given with
-``--config`` and explicit command-line flags. Cross-field rules are checked once, up front,
-by :func:`validate`, whose messages name the flag and the fix. Library code receives a
+``--config`` and explicit command-line flags, by :func:`bert_data.presets.build_config` (the
+YAML side lives there; this module does not import it). Cross-field rules are checked once, up
+front, by :func:`validate`, whose messages name the flag and the fix. Library code receives a
 :class:`Config` explicitly and never reads argparse state.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .errors import ConfigError
 
@@ -118,227 +119,10 @@ def output_settings(config: "Config") -> Dict[str, Any]:
     return {k: v for k, v in config.to_json().items() if k not in NON_OUTPUT_SETTINGS}
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """Normalise a value from YAML or flags to the dataclass field's type."""
-    if name in ("metadata_files", "validation_metadata_files"):
-        if isinstance(value, str):
-            return (value,)
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"--{name} must be a path or a list of paths, got {_short(value)}")
-        return tuple(value)
-    if name in ZERO_MEANS and isinstance(value, int) and not isinstance(value, bool) and value <= 0:
-        return ZERO_MEANS[name]  # the Model Zoo's spellings: 0 (or less) means "all files" / "one file"
-    if name == "multiple_docs_separator" and isinstance(value, str) and "\\" in value:
-        # Shell users write '\n' literally; honour the usual escapes.
-        try:
-            return value.encode("latin-1", "backslashreplace").decode("unicode_escape")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"--multiple_docs_separator {_short(value)} has a bad escape ({exc.reason}); write \\n, \\t, \\\\ "
-                f"(a backslash) or \\uXXXX"
-            ) from None
-    return value
-
-
-def escape_separator(value: str) -> str:
-    """The inverse of the separator's escape decoding (for --print_config): backslashes and
-    unprintable characters written as escapes, so the printed preset reads back the same."""
-    return "".join(c.encode("unicode_escape").decode("ascii") if c == "\\" or not c.isprintable() else c for c in value)
-
-
-def _short(value: Any, most: int = 60) -> str:
+def short_repr(value: Any, most: int = 60) -> str:
     """``repr(value)`` cut to ``most`` characters: an error line stays one short line."""
     text = repr(value)
     return text if len(text) <= most else text[: most - 3] + "..."
-
-
-MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines; a larger file is not one
-PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")  # package data
-INTERNAL_SETTINGS = frozenset({"split_role"})  # set by the runner for each half of a split job, never by users
-COMMAND_LINE_ONLY = frozenset({"config", "log_level", "quiet", "print_config"})  # flags that are not settings
-
-
-def preset_names() -> Tuple[str, ...]:
-    """The presets shipped with the package (``--config NAME``), sorted."""
-    try:
-        names = os.listdir(PRESETS_DIR)
-    except OSError:
-        return ()
-    return tuple(sorted(n[: -len(".yaml")] for n in names if n.endswith(".yaml")))
-
-
-def resolve_config(value: str) -> str:
-    """``--config``: a path to a YAML file, or the name of a shipped preset (``bert_base_msl128``,
-    with or without ``.yaml``). An existing path wins over a preset of the same name."""
-    if value and os.path.lexists(value):
-        return value
-    presets = preset_names()
-    stem = os.path.basename(value)
-    for suffix in (".yaml", ".yml"):
-        stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
-    if value and "/" not in value and stem in presets:
-        return os.path.join(PRESETS_DIR, stem + ".yaml")
-    if stem in presets:
-        hint = f"; did you mean the preset {stem} (--config {stem})?"
-    else:
-        hint = f"; give a YAML file or a preset: {', '.join(presets)}" if presets else "; give a YAML file"
-    raise ConfigError(f"--config {_short(value)}: no such file, and no preset of that name{hint}")
-
-
-def _read_config_text(path: str) -> str:
-    """The preset's text: a regular file (never a FIFO or device: they could block or never end)
-    of at most ``MAX_CONFIG_BYTES``, in UTF-8."""
-    import stat as stat_module
-
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
-    if not stat_module.S_ISREG(info.st_mode):
-        raise ConfigError(f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"--config {path}: {info.st_size} bytes, more than a preset can be ({MAX_CONFIG_BYTES})")
-    try:
-        # O_NONBLOCK: had the path been swapped for a FIFO since the stat, the open must not block
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with open(fd, "rb") as handle:
-            if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ConfigError(f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file")
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"--config {path}: more than {MAX_CONFIG_BYTES} bytes, more than a preset can be")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"--config {path}: not UTF-8 text (line {line}); save it as UTF-8") from None
-
-
-def _strict_loader():
-    """yaml.SafeLoader refusing anchors and aliases (a preset never needs them, and they make
-    a few bytes expand to gigabytes: the billion laughs), merge keys (``<<``) and a key given
-    twice (PyYAML would silently keep the last one)."""
-    import yaml
-    from yaml.composer import ComposerError
-    from yaml.constructor import ConstructorError
-
-    class Loader(yaml.SafeLoader):
-        def compose_node(self, parent, index):  # type: ignore[override]
-            event = self.peek_event()
-            if self.check_event(yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise ComposerError(None, None, "anchors and aliases (& and *) are not allowed", event.start_mark)
-            return super().compose_node(parent, index)
-
-        def construct_mapping(self, node, deep=False):  # type: ignore[override]
-            seen: Dict[str, int] = {}
-            for key_node, _ in getattr(node, "value", ()):
-                line = key_node.start_mark.line + 1
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise ConstructorError(None, None, "merge keys (<<) are not allowed", key_node.start_mark)
-                if isinstance(key_node, yaml.ScalarNode):
-                    if key_node.value in seen:
-                        raise ConstructorError(
-                            None, None, f"{key_node.value} is given twice (lines {seen[key_node.value]} and {line}); "
-                            "keep one", key_node.start_mark,
-                        )
-                    seen[key_node.value] = line
-            return super().construct_mapping(node, deep)
-
-    return Loader
-
-
-def _yaml_problem(exc: BaseException) -> str:
-    """One line saying what is wrong in a YAML text, with the line when known."""
-    problem = getattr(exc, "problem", None)
-    mark = getattr(exc, "problem_mark", None)
-    if problem:
-        problem = problem.rstrip(".")
-        context = getattr(exc, "context", None)
-        if context and problem.startswith("but "):  # "expected a single document ... but found another"
-            problem = f"{context} {problem}"
-        return f"{problem}, line {mark.line + 1}" if mark is not None and "line" not in problem else problem
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    text = (str(exc).splitlines() or [type(exc).__name__])[0]
-    return text.split(";")[0]
-
-
-def load_yaml_config(path: str) -> Dict[str, Any]:
-    """Read a YAML preset; unknown keys and values of the wrong type are errors naming the key
-    and the file (catches typos early)."""
-    import difflib
-
-    import yaml
-
-    text = _read_config_text(path)
-    try:
-        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-        # ValueError: an integer of more than 4300 digits; RecursionError: [[[[...]]]] nested too deeply
-        raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(exc)})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
-    settable = [n for n in FIELD_NAMES if n not in INTERNAL_SETTINGS]
-    for key in data:
-        if key in settable:
-            continue
-        if key in INTERNAL_SETTINGS:
-            raise ConfigError(f"--config {path}: {key} is set by create_tfrecords itself, not by a preset; drop it")
-        if key in COMMAND_LINE_ONLY:
-            raise ConfigError(f"--config {path}: {key} is a command-line flag only, not a setting; give --{key} instead")
-        close = difflib.get_close_matches(str(key), settable, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else " (the keys are the flag names, without --)"
-        raise ConfigError(f"--config {path}: unknown setting {_short(key, 40)}{hint}")
-    for key, value in data.items():
-        problem = value_problem(key, value)
-        if problem:
-            raise ConfigError(f"--config {path}: {key}: {problem}")
-    return data
-
-
-def build_config(
-    overrides: Mapping[str, Any],
-    config_file: Optional[str] = None,
-    base: Optional[Config] = None,
-    require_inputs: bool = True,
-) -> Config:
-    """defaults < YAML preset < explicit overrides (entries whose value is None are ignored).
-
-    ``config_file`` is a path or the name of a shipped preset (:func:`resolve_config`);
-    ``require_inputs=False`` (``--print_config``) lets --metadata_files / --vocab_file be absent."""
-    values: Dict[str, Any] = {}
-    if config_file is not None:
-        values.update(load_yaml_config(resolve_config(config_file)))
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    unknown = sorted(set(values) - set(FIELD_NAMES))
-    if unknown:
-        raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-    values = {k: _coerce(k, v) for k, v in values.items()}
-    config = base.replace(**values) if base is not None else Config(**values)  # dependent defaults see the final values
-    if config.disable_masking and config.unmasked_format == "tokens" and config.dupe_factor != 1:
-        import logging
-
-        logging.getLogger("bert_data").warning(
-            "--disable_masking writes each window once, as the Model Zoo does (masks are drawn by the reader): "
-            "--dupe_factor %s is taken as 1", config.dupe_factor)
-        config = config.replace(dupe_factor=1)
-    validate(config, require_inputs=require_inputs)
-    return config
-
-
-def effective_yaml(config: Config, source: str = "") -> str:
-    """The settings of ``config`` as a YAML preset (``--print_config``): given back to ``--config``
-    it makes the same Config (the separator is written with its escapes)."""
-    import yaml
-
-    data = {k: v for k, v in config.to_json().items() if k not in INTERNAL_SETTINGS}
-    data["multiple_docs_separator"] = escape_separator(config.multiple_docs_separator)
-    header = f"# create_tfrecords effective settings: defaults < {source or 'no --config'} < flags\n"
-    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=1 << 16)
 
 
 _OPTIONAL_TEXT = frozenset({"spacy_model", "vocab_file"})  # None or text
@@ -352,21 +136,21 @@ def value_problem(name: str, value: Any) -> str:
     if name in _PATH_LISTS:
         items = (value,) if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v for v in items):
-            return f"must be a path or a list of paths, got {_short(value)}"
+            return f"must be a path or a list of paths, got {short_repr(value)}"
     elif name in _OPTIONAL_TEXT:
         if value is not None and not isinstance(value, str):
-            return f"must be text, got {_short(value)}"
+            return f"must be text, got {short_repr(value)}"
     elif isinstance(default, bool):
         if not isinstance(value, bool):
-            return f"must be true or false, got {_short(value)}"
+            return f"must be true or false, got {short_repr(value)}"
     elif isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"must be an integer, got {_short(value)}"
+            return f"must be an integer, got {short_repr(value)}"
     elif isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"must be a number, got {_short(value)}"
+            return f"must be a number, got {short_repr(value)}"
     elif isinstance(default, str) and not isinstance(value, str):
-        return f"must be text, got {_short(value)}"
+        return f"must be text, got {short_repr(value)}"
     return ""
 
 
@@ -411,12 +195,12 @@ def _check_sizes(config: Config) -> None:
     """Every size within its documented bounds (lower bounds of the plain counts, then upper)."""
     for name in ("dupe_factor", "num_output_files", "split_num", "num_workers"):
         if getattr(config, name) < 1:
-            raise ConfigError(f"--{name} must be at least 1, got {_short(getattr(config, name), 30)}")
+            raise ConfigError(f"--{name} must be at least 1, got {short_repr(getattr(config, name), 30)}")
     for name, most, why in UPPER_BOUNDS + (("num_workers", *most_workers()),):
         if getattr(config, name) > most:
-            raise ConfigError(f"--{name} {_short(getattr(config, name), 30)} is more than {most:,} ({why})")
+            raise ConfigError(f"--{name} {short_repr(getattr(config, name), 30)} is more than {most:,} ({why})")
     if not SEED_RANGE[0] <= config.seed <= SEED_RANGE[1]:
-        raise ConfigError(f"--seed {_short(config.seed, 30)} is not a 64-bit integer (between -2^63 and 2^64 - 1)")
+        raise ConfigError(f"--seed {short_repr(config.seed, 30)} is not a 64-bit integer (between -2^63 and 2^64 - 1)")
     if not 1 << 16 <= config.group_bytes <= 1 << 30:
         raise ConfigError(
             f"--group_bytes {config.group_bytes} must be between 64K and 1G (default 8M): a worker holds ~10 times it"
@@ -460,12 +244,12 @@ def validate(config: Config, require_inputs: bool = True) -> None:
             f"({max_num_tokens})"
         )
     if config.compression not in COMPRESSIONS:
-        raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {_short(config.compression)}")
+        raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {short_repr(config.compression)}")
     if not config.name or any(c in config.name for c in "/\\\0") or config.name in (".", ".."):
-        raise ConfigError(f"--name {_short(config.name)} must be a plain file-name prefix (no slashes)")
+        raise ConfigError(f"--name {short_repr(config.name)} must be a plain file-name prefix (no slashes)")
     if len(config.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
         raise ConfigError(
-            f"--name {_short(config.name)} is longer than {MAX_NAME_BYTES} bytes: a shard's file name "
+            f"--name {short_repr(config.name)} is longer than {MAX_NAME_BYTES} bytes: a shard's file name "
             f"(NAME-N.tfrecords.partial) must fit in 255"
         )
     if not 0.0 <= config.validation_fraction < 1.0:
@@ -476,7 +260,7 @@ def validate(config: Config, require_inputs: bool = True) -> None:
             "documents by fraction, or name the validation documents, not both"
         )
     if config.split_role not in ("", "train", "validation"):
-        raise ConfigError(f"split_role must be train or validation, got {_short(config.split_role)}")
+        raise ConfigError(f"split_role must be train or validation, got {short_repr(config.split_role)}")
     if config.resume and config.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other: continue the interrupted run or start over")
     if config.single_sentence_per_line and config.spacy_model:
@@ -494,10 +278,10 @@ def _validate_inputs(config: Config) -> None:
     from .documents import INPUT_FORMATS  # the input stage owns its formats (lazy: config stays a leaf)
 
     if config.input_format not in INPUT_FORMATS:
-        raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {_short(config.input_format)}")
+        raise ConfigError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {short_repr(config.input_format)}")
     _check_encoding(config.input_encoding)
     if not isinstance(config.text_key, str) or not config.text_key:
-        raise ConfigError(f"--text_key must be a non-empty JSON key, got {_short(config.text_key)}")
+        raise ConfigError(f"--text_key must be a non-empty JSON key, got {short_repr(config.text_key)}")
     if config.input_format == "bert" and (config.multiple_docs_in_single_file or config.spacy_model):
         flag = "--multiple_docs_in_single_file" if config.multiple_docs_in_single_file else "--spacy_model"
         raise ConfigError(
@@ -523,10 +307,10 @@ def _check_encoding(name: str) -> None:
     try:
         info = codecs.lookup(name)
     except (LookupError, TypeError, ValueError):
-        raise ConfigError(f"--input_encoding {_short(name)} is not a text encoding Python knows ({hint})") from None
+        raise ConfigError(f"--input_encoding {short_repr(name)} is not a text encoding Python knows ({hint})") from None
     if not getattr(info, "_is_text_encoding", True):
         raise ConfigError(
-            f"--input_encoding {_short(name)} is not a text encoding (it turns bytes into bytes, or text into text); "
+            f"--input_encoding {short_repr(name)} is not a text encoding (it turns bytes into bytes, or text into text); "
             f"give the documents' character encoding ({hint})"
         )
     if info.name in ("utf-16", "utf-32"):
@@ -535,7 +319,7 @@ def _check_encoding(name: str) -> None:
         codecs.getincrementaldecoder(name)(errors="replace").decode(b"Text 123\n\xff\xfe\x00", final=True)
     except Exception:  # noqa: BLE001 - any failure here would be every worker's
         raise ConfigError(
-            f"--input_encoding {_short(name)} cannot decode documents (it refuses bytes it does not expect instead of "
+            f"--input_encoding {short_repr(name)} cannot decode documents (it refuses bytes it does not expect instead of "
             f"replacing them); give the documents' character encoding ({hint})"
         ) from None
 
@@ -558,7 +342,7 @@ def _validate_objective(config: Config) -> None:
             "reader with bert_data.pretraining_dataset(..., dynamic_masking=True))"
         )
     if config.unmasked_format not in UNMASKED_FORMATS:
-        raise ConfigError(f"--unmasked_format must be one of {', '.join(UNMASKED_FORMATS)}, got {_short(config.unmasked_format)}")
+        raise ConfigError(f"--unmasked_format must be one of {', '.join(UNMASKED_FORMATS)}, got {short_repr(config.unmasked_format)}")
     if config.unmasked_format != "tokens" and not config.disable_masking:
         raise ConfigError("--unmasked_format only applies with --disable_masking; drop it")
     if config.disable_masking and config.mask_whole_word:
@@ -583,7 +367,7 @@ def _validate_objective(config: Config) -> None:
         )
     token = config.document_separator_token
     if not isinstance(token, str) or not token or token != token.strip() or any(c.isspace() for c in token):
-        raise ConfigError(f"--document_separator_token must be one vocabulary token without spaces, got {_short(token)}")
+        raise ConfigError(f"--document_separator_token must be one vocabulary token without spaces, got {short_repr(token)}")
     if config.allow_cross_document_examples:
         if token in ("[MASK]", "[PAD]", "[CLS]"):
             raise ConfigError(
@@ -616,7 +400,7 @@ UNMASKED_FORMATS = ("tokens", "ids")  # --disable_masking: the Model Zoo's token
 def _validate_runner(config: Config) -> None:
     """--runner rules (the runners live in bert_data.runners)."""
     if config.runner not in RUNNERS:
-        raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {_short(config.runner)}")
+        raise ConfigError(f"--runner must be one of {', '.join(RUNNERS)}, got {short_repr(config.runner)}")
     if config.runner == "beam" and config.resume:
         raise ConfigError(
             "--resume is for the local runner; with --runner beam re-run the job (its output is deterministic)"
@@ -626,7 +410,7 @@ def _validate_runner(config: Config) -> None:
     if config.scheduler_address and config.scheduler_file:
         raise ConfigError("--scheduler_address and --scheduler_file name the same thing: give one")
     if config.scheduler_address and "://" not in config.scheduler_address:
-        raise ConfigError(f"--scheduler_address {_short(config.scheduler_address)} needs a scheme: tcp://HOST:PORT")
+        raise ConfigError(f"--scheduler_address {short_repr(config.scheduler_address)} needs a scheme: tcp://HOST:PORT")
     if config.runner == "beam" and (config.validation_fraction or config.validation_metadata_files):
         raise ConfigError(
             "--validation_fraction/--validation_metadata_files are for the local runner; with --runner beam, "

@@ -1,42 +1,41 @@
 """Read stage: a document source -> decoded document texts, with every oddity counted.
 
-Pure core (:func:`decode_document_bytes`, :func:`split_documents`, :func:`parse_jsonl`) plus
-a thin file reader. Compressed files (gzip, bzip2, xz; zstd when the ``zstandard`` module is
-importable) are recognised by their magic bytes (or a compression extension) and decompressed
-as a stream before decoding. Nothing here raises for bad *content*: undecodable bytes are
-replaced and counted; binary files, corrupt compressed files, directories, FIFOs and unusable
-JSON lines are skipped with a reason. Only I/O failures raise.
+The file side of reading: a listed file is opened (whole, or a byte range of a large one snapped
+to line starts), its encoding recognised and its bytes decoded with replacements counted, and
+the text handed to its input format's consumer (:mod:`bert_data.input_formats`: decoded text in,
+documents out). Compressed files (gzip, bzip2, xz; zstd when the ``zstandard`` module is
+importable) are recognised and decompressed as a stream by :mod:`bert_data.compression`. Other
+modules import the read stage's names from here (:func:`iter_documents`, :func:`can_range`,
+:func:`read_source`, :func:`untokenized_reason`, :class:`ReadOptions`, :data:`INPUT_FORMATS`).
+Nothing here raises for bad *content*: undecodable bytes are replaced and counted; binary files,
+corrupt compressed files, directories, FIFOs and unusable JSON lines are skipped with a reason.
+Only I/O failures raise.
 """
 
 from __future__ import annotations
 
-import bz2
 import codecs
-import gzip
-import json
-import lzma
 import os
-import re
 import stat
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple
 
+from .compression import (
+    DECOMPRESSION_ERRORS, MAGIC_BYTES, open_decompressor, sniff_compression, zstd_available, zstd_chunks,
+)
 from .errors import MetadataError
+from .input_formats import INPUT_FORMATS, BertConsumer, ReadOptions, make_consumer
 from .metadata import DocumentSource, WorkItem
 
-# Skip reasons for whole documents (keys of data_params.json "documents.skipped").
+# Skip reasons for whole documents (keys of data_params.json "documents.skipped"; those of single
+# documents within a file are bert_data.input_formats').
 SKIP_NOT_REGULAR = "not_a_regular_file"
 SKIP_BINARY = "binary"
 SKIP_EMPTY = "empty"
 SKIP_NO_SENTENCE = "no_usable_sentence"
 SKIP_CORRUPT_COMPRESSED = "corrupt_compressed"  # truncated or damaged gzip/bzip2/xz/zstd data
 SKIP_UNSUPPORTED_COMPRESSION = "unsupported_compression"  # zstd without the zstandard module
-SKIP_BAD_JSON = "bad_json"  # a JSON Lines line that is not valid JSON
-SKIP_MISSING_TEXT_KEY = "missing_text_key"  # valid JSON, but no string under --text_key
-
-INPUT_FORMATS = ("text", "jsonl", "wikiextractor", "bert")
 
 _BINARY_SNIFF_BYTES = 8192
 
@@ -101,36 +100,9 @@ def split_documents(text: str, separator: Optional[str]) -> List[str]:
     return text.split(separator)
 
 
-# --- compressed inputs ---------------------------------------------------------------------
+# --- the raw file ---------------------------------------------------------------------------
 
-try:  # optional: zstd input is read only when the zstandard module happens to be installed
-    import zstandard as _zstandard
-except ImportError:  # pragma: no cover - depends on the environment
-    _zstandard = None
-
-COMPRESSION_EXTENSIONS = {".gz": "gz", ".bz2": "bz2", ".xz": "xz", ".zst": "zst"}
-_MAGIC_BYTES = 16
-_BZ2_BLOCK_MAGICS = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")  # first block / empty stream
-_DECOMPRESS_CHUNK = 1 << 20
-
-
-def sniff_compression(head: bytes, path: str = "") -> Optional[str]:
-    """``"gz"``, ``"bz2"``, ``"xz"``, ``"zst"`` or None (plain) for a file starting with ``head``.
-
-    Magic bytes decide; a non-empty file whose name ends in a compression extension but whose
-    bytes carry no known magic is reported by its extension (and then fails as corrupt).
-    """
-    if head.startswith(b"\x1f\x8b"):
-        return "gz"
-    if head.startswith(b"\xfd7zXZ\x00"):
-        return "xz"
-    if head.startswith(b"\x28\xb5\x2f\xfd"):
-        return "zst"
-    if head[:3] == b"BZh" and head[3:4] in b"123456789" and len(head) >= 10 and head[4:10] in _BZ2_BLOCK_MAGICS:
-        return "bz2"
-    if head:
-        return COMPRESSION_EXTENSIONS.get(os.path.splitext(path)[1].lower())
-    return None
+_READ_CHUNK = 1 << 20  # bytes read from a file at a time
 
 
 class _SourceReadError(Exception):
@@ -157,89 +129,6 @@ class _GuardedFile:
         return data
 
 
-_DECOMPRESSION_ERRORS: Tuple[type, ...] = (EOFError, OSError, ValueError, zlib.error, lzma.LZMAError)
-if _zstandard is not None:  # pragma: no cover - depends on the environment
-    _DECOMPRESSION_ERRORS += (_zstandard.ZstdError,)
-
-
-def _open_decompressor(raw: _GuardedFile, compression: str):
-    if compression == "gz":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[arg-type]
-    if compression == "bz2":
-        return bz2.BZ2File(raw, mode="rb")  # type: ignore[arg-type]
-    return lzma.LZMAFile(raw, mode="rb")  # type: ignore[arg-type]
-
-
-def _zstd_chunks(raw) -> Iterator[bytes]:  # pragma: no cover - depends on the environment
-    """zstd frames one after another; a frame cut short is an error (zstandard's stream reader
-    would silently return what it had)."""
-    dctx = _zstandard.ZstdDecompressor()
-    obj = dctx.decompressobj()
-    in_frame = False
-    while True:
-        data = raw.read(_DECOMPRESS_CHUNK)
-        if not data:
-            break
-        while data:
-            in_frame = True
-            yield obj.decompress(data)
-            if obj.eof:
-                data, obj, in_frame = obj.unused_data, dctx.decompressobj(), False
-            else:
-                data = b""
-    if in_frame:
-        raise EOFError("zstd data ended inside a frame")
-
-
-def decompress_stream(raw, compression: str) -> bytes:
-    """All decompressed bytes of ``raw`` (a binary file), read chunk by chunk; multi-member /
-    multi-frame streams are read to the end. Raises one of the decompression errors on bad data."""
-    if compression == "zst":
-        return b"".join(_zstd_chunks(raw))
-    chunks: List[bytes] = []
-    with _open_decompressor(raw, compression) as stream:
-        while True:
-            chunk = stream.read(_DECOMPRESS_CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
-# --- JSON Lines -----------------------------------------------------------------------------
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def parse_jsonl(text: str, text_key: str) -> Tuple[List[str], Counter, int]:
-    """One document per JSON Lines line: ``(documents, skipped by reason, replaced surrogates)``.
-
-    Blank lines are ignored (not documents). A line that is not JSON is ``bad_json``; valid JSON
-    without a string under ``text_key`` (not an object, key absent, null, number, ...) is
-    ``missing_text_key``. Lone surrogates from ``\\ud800``-style escapes become U+FFFD (counted).
-    Lines are split on ``\\n`` only: JSON strings may hold a raw U+2028.
-    """
-    documents: List[str] = []
-    skipped: Counter = Counter()
-    replaced = 0
-    for line in text.split("\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            skipped[SKIP_BAD_JSON] += 1
-            continue
-        value = obj.get(text_key) if isinstance(obj, dict) else None
-        if not isinstance(value, str):
-            skipped[SKIP_MISSING_TEXT_KEY] += 1
-            continue
-        value, n = _LONE_SURROGATE.subn("\ufffd", value)
-        replaced += n
-        documents.append(value)
-    return documents, skipped, replaced
-
-
 # --- reading one metadata entry -------------------------------------------------------------
 
 
@@ -262,308 +151,6 @@ class ReadResult:
     @property
     def documents_read(self) -> int:
         return 1 if self.skip_reason else len(self.documents) + sum(self.skipped.values())
-
-
-# --- a group's documents --------------------------------------------------------------------
-
-
-DEFAULT_MAX_DOCUMENT_CHARS = 1 << 20  # --max_document_chars: longer documents are cut into pieces
-MAX_JSON_LINE_CHARS = 64 << 20  # a JSON Lines line longer than this is skipped as line_too_long
-SKIP_LINE_TOO_LONG = "line_too_long"
-_READ_CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """How listed files become documents (from the config: ``--input_format``, ``--text_key``,
-    ``--multiple_docs_in_single_file`` + ``--multiple_docs_separator``, ``--max_document_chars``)."""
-
-    input_format: str = "text"
-    text_key: str = "text"
-    separator: Optional[str] = None  # split a file into documents on this, or None: one document per file
-    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
-    encoding: str = "utf-8"  # --input_encoding: files without a UTF-16/32 byte-order mark are in this
-
-    @property
-    def line_oriented(self) -> bool:
-        """Documents never span a newline (or, one document per file: may be cut at newlines), so
-        a large plain file can be read in byte ranges snapped to line starts. (WikiExtractor's
-        ``<doc>`` blocks span lines: its files, ~1 MB each, are streamed whole.)"""
-        return self.input_format == "jsonl" or (self.input_format == "text" and self.separator in (None, "\n"))
-
-
-# --- cutting long documents ------------------------------------------------------------------
-
-_LAST_WHITESPACE = re.compile(r"\s(?=\S*\Z)")
-
-
-def cut_point(text: str, limit: int) -> int:
-    """Where to cut ``text`` (longer than ``limit``) so the first piece is at most ``limit``
-    characters: after the last newline in its second half, else after the last whitespace there,
-    else at ``limit`` exactly (a run of ``limit`` characters without a space)."""
-    window = text[:limit]
-    newline = window.rfind("\n", limit // 2)
-    if newline >= 0:
-        return newline + 1
-    match = _LAST_WHITESPACE.search(window, limit // 2)
-    return match.end() if match else limit
-
-
-class _Pieces:
-    """Emits a document in pieces of at most ``limit`` characters as its text streams in, and
-    counts the cuts (``documents_split.*``): a document longer than the limit is never held whole."""
-
-    def __init__(self, limit: int, stats: Counter) -> None:
-        self.limit = limit
-        self.stats = stats
-        self.cut = False
-
-    def take(self, buffer: str, final: bool) -> Tuple[List[str], str]:
-        pieces: List[str] = []
-        while len(buffer) > self.limit:
-            at = cut_point(buffer, self.limit)
-            pieces.append(buffer[:at])
-            buffer = buffer[at:]
-            if not self.cut:
-                self.cut = True
-                self.stats["documents_split.documents"] += 1
-            self.stats["documents_split.extra_pieces"] += 1
-        if final:
-            pieces.append(buffer)
-            buffer = ""
-            self.cut = False
-        return pieces, buffer
-
-
-# --- consumers: decoded text in, documents out -----------------------------------------------
-
-
-class _TextConsumer:
-    """One document per file (``separator`` None) or the pieces between separators; the
-    streaming equivalent of ``text.split(separator)`` (a carry holds the unfinished document)."""
-
-    def __init__(self, options: ReadOptions, stats: Counter) -> None:
-        self.separator = options.separator
-        self.pieces = _Pieces(options.max_document_chars, stats)
-        self.buffer = ""
-
-    def feed(self, text: str, final: bool = False) -> List[str]:
-        self.buffer += text
-        out: List[str] = []
-        if self.separator is not None:
-            parts = self.buffer.split(self.separator)
-            self.buffer = parts.pop()
-            for part in parts:
-                out.extend(self.pieces.take(part, True)[0])
-        pieces, self.buffer = self.pieces.take(self.buffer, final)
-        return out + pieces
-
-
-class _JsonlConsumer:
-    """One document per JSON Lines line (see :func:`parse_jsonl`), streamed: lines are split on
-    ``\n`` only; a line over ``MAX_JSON_LINE_CHARS`` is skipped (``line_too_long``) without being held."""
-
-    def __init__(self, options: ReadOptions, stats: Counter) -> None:
-        self.text_key = options.text_key
-        self.stats = stats
-        self.pieces = _Pieces(options.max_document_chars, stats)
-        self.buffer = ""
-        self.dropping = False  # inside a line that is too long: skip to its end
-
-    def feed(self, text: str, final: bool = False) -> List[str]:
-        if self.dropping:  # the rest of a line already skipped as too long
-            newline = text.find("\n")
-            if newline < 0:
-                self.dropping = not final
-                return []
-            text, self.dropping = text[newline + 1 :], False
-        lines = (self.buffer + text).split("\n")
-        self.buffer = "" if final else lines.pop()
-        out: List[str] = []
-        for line in lines:
-            if len(line) > MAX_JSON_LINE_CHARS:
-                self._skip(SKIP_LINE_TOO_LONG)
-                continue
-            out.extend(self._parse(line))
-        if len(self.buffer) > MAX_JSON_LINE_CHARS:
-            self._skip(SKIP_LINE_TOO_LONG)
-            self.buffer, self.dropping = "", not final
-        return out
-
-    def _skip(self, reason: str) -> None:
-        self.stats["documents.read"] += 1
-        self.stats[f"skipped.{reason}"] += 1
-
-    def _parse(self, line: str) -> List[str]:
-        if not line.strip():
-            return []
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            self._skip(SKIP_BAD_JSON)
-            return []
-        value = obj.get(self.text_key) if isinstance(obj, dict) else None
-        if not isinstance(value, str):
-            self._skip(SKIP_MISSING_TEXT_KEY)
-            return []
-        value, n = _LONE_SURROGATE.subn("\ufffd", value)
-        self.stats["replaced_bytes"] += n
-        return self.pieces.take(value, True)[0]
-
-
-_DOC_OPEN = re.compile(r'<doc\b[^>]*>\s*$')
-_DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
-
-
-class _WikiExtractorConsumer:
-    """WikiExtractor's output (``<doc id=".." url=".." title="..">`` ... ``</doc>``, the first step
-    of most BERT Wikipedia recipes): one document per block. WikiExtractor repeats the title as the
-    block's first line; that line is dropped when it equals the ``title`` attribute (as NVIDIA's
-    BERT recipe drops it), so a title is not a sentence of its own. Text outside any block is not a
-    document: its non-blank lines are counted (``wikiextractor_lines_outside_doc``); a block left
-    open at the end of a file is a document still."""
-
-    def __init__(self, options: ReadOptions, stats: Counter) -> None:
-        self.stats = stats
-        self.pieces = _Pieces(options.max_document_chars, stats)
-        self.buffer = ""  # an unfinished line
-        self.parts: List[str] = []  # the open block's lines so far (bounded: emitted in pieces)
-        self.length = 0
-        self.limit = options.max_document_chars
-        self.title: Optional[str] = None
-        self.open = False
-        self.first_line = False
-
-    def feed(self, text: str, final: bool = False) -> List[str]:
-        lines = (self.buffer + text).split("\n")
-        self.buffer = "" if final else lines.pop()
-        out: List[str] = []
-        for line in lines:
-            self._line(line, out)
-        if len(self.buffer) > self.limit:  # a line longer than a piece: never held whole
-            if self.open:
-                self.first_line = False
-                self._append(self.buffer, out)
-            else:
-                self.stats["wikiextractor_lines_outside_doc"] += 1
-            self.buffer = ""
-        if final and self.open:
-            self._close(out)
-        return out
-
-    def _close(self, out: List[str]) -> None:
-        out.extend(self.pieces.take("".join(self.parts), True)[0])
-        self.parts, self.length, self.open = [], 0, False
-
-    def _append(self, line: str, out: List[str]) -> None:
-        self.parts.append(line)
-        self.length += len(line)
-        if self.length > self.limit:  # emit the full pieces, keep the rest (joined once per piece, not per line)
-            pieces, rest = self.pieces.take("".join(self.parts), False)
-            out.extend(pieces)
-            self.parts, self.length = [rest], len(rest)
-
-    def _line(self, line: str, out: List[str]) -> None:
-        bare = line.strip()
-        if _DOC_OPEN.match(bare):
-            if self.open:  # a block never closed: it ends where the next begins
-                self._close(out)
-            title = _DOC_TITLE.search(bare)
-            self.title = title.group(1).strip() if title else None
-            self.open, self.first_line = True, True
-        elif bare == "</doc>" and self.open:
-            self._close(out)
-        elif self.open:
-            if self.first_line and bare:
-                self.first_line = False
-                if self.title is not None and bare == _unescape(self.title):
-                    return
-            self._append(line + "\n", out)
-        elif bare:
-            self.stats["wikiextractor_lines_outside_doc"] += 1
-
-
-def _unescape(title: str) -> str:
-    """The title attribute as text (WikiExtractor escapes &, <, > and quotes in it)."""
-    import html
-
-    return html.unescape(title)
-
-
-# Characters that str.splitlines() breaks a line at, besides "\n", that BERT's tokenizer drops
-# (control characters) or reads as a space ("\r"): removed inside a line of the "bert" format, so
-# that a line stays one sentence with the same tokens (U+2028/U+2029 are kept: BERT keeps them).
-_IN_LINE_BREAKS = {ord("\r"): " ", **{c: None for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85)}}
-
-
-class _BertConsumer:
-    """google-research/bert's corpus layout (``--input_format bert``): one sentence per line,
-    documents separated by blank lines, a line being blank when ``line.strip()`` is empty (so
-    whitespace-only and CRLF blank lines separate documents, as in BERT). Runs of blank lines
-    make no empty documents. A document ends at the end of its file (BERT lets it run on into
-    the next file). Streamed: only the current line and document are held, and a document longer
-    than ``max_document_chars`` is emitted in pieces cut at line ends.
-
-    Each document is its stripped lines joined by ``\n``, so that the sentence stage (which
-    takes every line as a sentence in this format) sees BERT's sentences."""
-
-    def __init__(self, options: ReadOptions, stats: Counter) -> None:
-        self.pieces = _Pieces(options.max_document_chars, stats)
-        self.limit = options.max_document_chars
-        self.line = ""  # the unfinished last line
-        self.parts: List[str] = []  # the lines of the current document so far (joined once per piece:
-        self.length = 0  # a book-length document is not copied once per line)
-        self.continuing = False  # the start of the unfinished line was already taken (a very long line)
-
-    @property
-    def open(self) -> bool:
-        """Inside a document (its last complete line was not blank)."""
-        return bool(self.parts) or self.pieces.cut
-
-    def feed(self, text: str, final: bool = False) -> List[str]:
-        lines = (self.line + text).split("\n")
-        self.line = "" if final else lines.pop()
-        out: List[str] = []
-        for line in lines:
-            if self.continuing:  # the end of a line whose start was already taken: never a blank line
-                self.continuing = False
-                self._add(line.rstrip().translate(_IN_LINE_BREAKS) + "\n", out)
-                continue
-            line = line.strip()
-            if line:
-                self._add(line.translate(_IN_LINE_BREAKS) + "\n", out)
-            elif self.parts or self.pieces.cut:
-                out.extend(self._end_document())
-        if len(self.line) > self.limit:  # a line longer than a piece (no newline for megabytes): never held whole
-            start = self.line if self.continuing else self.line.lstrip()
-            self.line, self.continuing = "", True
-            self._add(start.translate(_IN_LINE_BREAKS), out)
-        if final and (self.parts or self.pieces.cut):
-            out.extend(self._end_document())
-        return out
-
-    def _add(self, text: str, out: List[str]) -> None:
-        self.parts.append(text)
-        self.length += len(text)
-        if self.length > self.limit:
-            pieces, rest = self.pieces.take("".join(self.parts), False)
-            out.extend(pieces)
-            self.parts, self.length = ([rest], len(rest)) if rest else ([], 0)
-
-    def _end_document(self) -> List[str]:
-        pieces = [piece for piece in self.pieces.take("".join(self.parts), True)[0] if piece]
-        self.parts, self.length, self.continuing = [], 0, False
-        return pieces
-
-
-def _consumer(options: ReadOptions, stats: Counter):
-    if options.input_format == "jsonl":
-        return _JsonlConsumer(options, stats)
-    if options.input_format == "wikiextractor":
-        return _WikiExtractorConsumer(options, stats)
-    if options.input_format == "bert":
-        return _BertConsumer(options, stats)
-    return _TextConsumer(options, stats)
 
 
 # --- the streaming reader --------------------------------------------------------------------
@@ -668,16 +255,16 @@ def _iter_item(item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator
 
 def _iter_whole(handle, source: DocumentSource, options: ReadOptions, stats: Counter) -> Iterator[str]:
     """A whole file, decompressed on the fly when its magic bytes say so."""
-    head = handle.read(_MAGIC_BYTES)
+    head = handle.read(MAGIC_BYTES)
     compression = sniff_compression(head, source.path)
     handle.seek(0)
     raw = _GuardedFile(handle)
-    if compression == "zst" and _zstandard is None:
+    if compression == "zst" and not zstd_available():
         stats["input_bytes"] += os.fstat(handle.fileno()).st_size
         _skip_file(stats, SKIP_UNSUPPORTED_COMPRESSION)
         return
     chunks = _raw_chunks(raw) if compression is None else _decompressed_chunks(raw, compression)
-    consumer = _consumer(options, stats)
+    consumer = make_consumer(options, stats)
     size = os.fstat(handle.fileno()).st_size
     try:
         first = _first_bytes(chunks)
@@ -697,7 +284,7 @@ def _iter_whole(handle, source: DocumentSource, options: ReadOptions, stats: Cou
         yield from consumer.feed(decode(b"", final=True), final=True)
         if compression:
             stats[f"decompressed.{compression}"] += 1  # files decompressed, by format
-    except _DECOMPRESSION_ERRORS:
+    except DECOMPRESSION_ERRORS:
         _skip_file(stats, SKIP_CORRUPT_COMPRESSED)  # documents before the damage were kept and counted
     finally:
         stats["input_bytes"] += raw.bytes_read
@@ -713,9 +300,9 @@ def _raw_chunks(raw) -> Iterator[bytes]:
 
 def _decompressed_chunks(raw, compression: str) -> Iterator[bytes]:
     if compression == "zst":
-        yield from _zstd_chunks(raw)
+        yield from zstd_chunks(raw)
         return
-    with _open_decompressor(raw, compression) as stream:
+    with open_decompressor(raw, compression) as stream:
         while True:
             chunk = stream.read(_READ_CHUNK)
             if not chunk:
@@ -751,7 +338,7 @@ def _iter_range(handle, item: WorkItem, options: ReadOptions, stats: Counter) ->
     if item.first and encoding != "utf-8-sig":
         stats[f"decoded_as.{encoding}"] += 1
     decode = _Decoder(encoding if item.first or encoding != "utf-8-sig" else "utf-8", stats)
-    consumer = _consumer(options, stats)
+    consumer = make_consumer(options, stats)
     if options.input_format == "text" and options.separator is None:  # one document per file, cut by ranges
         consumer.pieces.cut = True  # counted here, once per file, not again by the piece cutter
         stats["documents_split.documents" if item.first else "documents_split.extra_pieces"] += 1
@@ -804,7 +391,7 @@ def _iter_bert_range(handle, item: WorkItem, options: ReadOptions, stats: Counte
     if 0 < position < item.end and not _previous_line_blank(fd, position, plain):
         position = _skip_document_rest(handle, position, item.end, plain, stats)
     decode = _Decoder(encoding if item.first else plain, stats)
-    consumer = _BertConsumer(options, stats)
+    consumer = BertConsumer(options, stats)
     while position < size and (position < item.end or consumer.open):
         owned = position < item.end
         while True:  # one line, in chunks when it is long
@@ -888,7 +475,7 @@ def can_range(source: DocumentSource, options: ReadOptions) -> bool:
         return False
     try:
         with open(source.path, "rb") as handle:
-            head = handle.read(_MAGIC_BYTES)
+            head = handle.read(MAGIC_BYTES)
     except OSError:
         return False  # the reader reports it
     if sniff_compression(head, source.path) is not None:

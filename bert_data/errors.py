@@ -41,6 +41,10 @@ class ResumeError(BertDataError):
     """``--resume`` was asked for but the previous run cannot be continued."""
 
 
+class NothingUsableError(BertDataError):
+    """Every document was skipped, or none made an instance: nothing is published (exit 2)."""
+
+
 class RecordFormatError(BertDataError):
     """A TFRecord file is corrupt or does not match the expected schema."""
 

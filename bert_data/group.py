@@ -1,16 +1,19 @@
-"""The per-group function: one work unit, from document sources to one fragment file.
+"""WHAT a group is made of: a group's work items -> batches of features + counters.
 
 Work unit: a *group* (planned by :func:`bert_data.metadata.plan_groups`): at most
 ``--split_num`` consecutive metadata entries and ``--group_bytes`` bytes of files, or one byte
 range of a large file, or one large file that cannot be ranged (compressed, say). Its documents
 are streamed and cut into *units* of at most ``--group_bytes`` characters of text (usually a
 group is one unit); a unit is segmented and tokenized once, then every dupe pass plans its
-instances (NSP negatives come from other documents of the same unit), masks them and writes
-them to the group's fragment file. Memory per worker is bounded by one unit. :func:`process_group` is the function every runner executes (in-process, a process pool,
-or Apache Beam); it reads top to bottom as the pipeline, one call into each stage:
+instances (NSP negatives come from other documents of the same unit) and masks them. Memory per
+worker is bounded by one unit. :func:`group_batches` reads top to bottom as the pipeline, one
+call into each stage:
 
     read (documents) -> segment (sentences) -> tokenize (tokenization)
-      -> per pass: plan + mask (instances / windows + masking) -> serialize + fragment (writer)
+      -> per pass: plan + mask (the objective's planner: instances / windows + masking)
+
+It writes no file: where the batches go (encoder, container, fragment) is the worker's
+business (:func:`bert_data.runners.worker.make_group`, which every runner calls).
 
 Randomness: every random choice of group *g*, pass *p* comes from RNGs derived here, by
 :func:`pass_randomness`, from a hash of (``--seed``, purpose, *g*, *p*). A group's bytes
@@ -25,23 +28,21 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from .config import Config
 from .errors import ConfigError
 from .documents import ReadOptions, can_range, iter_documents, untokenized_reason
-from .format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES, feature_order
-from .instances import InstanceParams, InstancePass, PassRandomness, pair_pass
+from .format.encoders import ENCODERS
+from .instances import InstanceParams, PassRandomness
 from .masking import MaskingParams
 from .metadata import GroupPlan, WorkItem
+from .objectives import Objective, objective_of
 from .tokenization import TokenizedGroup, tokenize_group
-from .windows import WindowOptions, build_streams, window_pass
-from .writer import FragmentWriter, Segment, fragment_path
 
-# Counter names of the chunks a pass could not pair, by objective (NSP, SOP).
-UNPAIRED_STAT = {False: "nsp_negatives_unavailable", True: "sop_single_segment_chunks"}
+Batch = Tuple[Mapping[str, np.ndarray], np.ndarray]  # features (one row per instance), the shard of each row
 
 
 def derive_seed(*parts: object) -> int:
@@ -76,6 +77,8 @@ class Resources:
     is_continuation: Optional[np.ndarray]  # the ## table, for whole-word masking
     separator_id: Optional[int] = None  # --mlm_only with cross-document windows: the document separator's id
     bytes_read: object = None  # a shared multiprocessing.Value the reader advances (progress), or None
+    objective: Optional[Objective] = None  # the layout's row: planner, counters, encoder
+    encoder: object = None  # features -> record payloads, built once (bert_data.format.encoders)
 
     @property
     def read_options(self) -> ReadOptions:
@@ -135,7 +138,10 @@ def build_resources(config: Config) -> Resources:
     separator_id = None
     if config.mlm_only and config.allow_cross_document_examples:
         separator_id = document_separator_id(config, tokenizer.vocab)
-    return Resources(config, segmenter, tokenizer, params, masking, is_continuation, separator_id)
+    objective = objective_of(config)
+    encoder = ENCODERS[objective.encoder](objective.features, tokenizer.vocab)
+    return Resources(config, segmenter, tokenizer, params, masking, is_continuation, separator_id,
+                     objective=objective, encoder=encoder)
 
 
 def document_separator_id(config: Config, vocab: Dict[str, int]) -> int:
@@ -147,15 +153,6 @@ def document_separator_id(config: Config, vocab: Dict[str, int]) -> int:
             "token of that vocabulary"
         )
     return vocab[token]
-
-
-@dataclass
-class GroupResult:
-    group_index: int
-    fragment_path: str
-    segments: List[Segment]
-    stats: Counter = field(default_factory=Counter)
-    seconds: Counter = field(default_factory=Counter)  # wall time per stage (benchmarks only)
 
 
 class StageClock:
@@ -190,35 +187,32 @@ T = TypeVar("T")
 _END = object()
 
 
-def process_group(
-    group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str
-) -> GroupResult:
+def group_batches(
+    group_index: int, items: Sequence[WorkItem], resources: Resources, stats: Counter, clock: "StageClock"
+) -> Iterator[Batch]:
     """Stream the group's documents; for each unit of them: segment and tokenize once, then for
-    each dupe pass plan, mask and write its instances into the group's fragment file."""
-    stats: Counter = Counter()
-    seconds: Counter = Counter()
-    clock = StageClock(seconds)
+    each dupe pass plan and mask its instances, yielding them batch by batch (rows in output
+    order, each with its shard). ``stats`` gets the group's counters, ``clock`` the time per stage."""
+    config, objective = resources.config, resources.objective
     documents = iter_documents(_as_items(items), resources.read_options, stats)
     documents = clock.timed("read", _reporting_bytes(documents, stats, resources.bytes_read))
-    writer = FragmentWriter(fragment_path(work_dir, group_index), resources.config.compression, seconds=seconds)
-    try:
-        for unit, unit_documents in enumerate(cut_units(documents, resources.config.group_bytes)):
-            with clock("segment"):
-                per_doc_sentences, chunked = resources.segmenter.segment(unit_documents)
-                stats["paragraph_chunks"] += chunked
-            with clock("tokenize"):
-                group = _tokenize(unit_documents, per_doc_sentences, resources, stats)
-            for instance_pass, order in _passes(group_index, unit, group, resources, clock):
-                for features, shard_of_row in clock.timed("instances", instance_pass.batches):
-                    writer.write_batch(features, order, shard_of_row, resources.config.num_output_files)
-                _count_pass(instance_pass, resources.config, stats)
-            stats["units"] += 1
-        with clock("write"):
-            writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-    return GroupResult(group_index, writer.path, writer.segments, stats, seconds)
+    for unit, unit_documents in enumerate(cut_units(documents, config.group_bytes)):
+        with clock("segment"):
+            per_doc_sentences, chunked = resources.segmenter.segment(unit_documents)
+            stats["paragraph_chunks"] += chunked
+        with clock("tokenize"):
+            group = _tokenize(unit_documents, per_doc_sentences, resources, stats)
+        if group.n_docs:  # a unit without a usable document has no pass
+            plan_pass = objective.planner(group, resources)
+            for dupe_pass in range(config.dupe_factor):
+                with clock("instances"):
+                    randomness = pass_randomness(
+                        config.seed, objective.plan_stream, group_index, dupe_pass, config.num_output_files, unit
+                    )
+                    planned = plan_pass(randomness)
+                yield from clock.timed("instances", planned.batches)
+                objective.count_pass(planned, stats)
+        stats["units"] += 1
 
 
 _PROGRESS_STEP = 1 << 20  # input bytes between two updates of the shared progress counter
@@ -274,64 +268,3 @@ def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources,
         stats[f"skipped.{untokenized_reason(documents[index])}"] += 1
     stats["documents.used"] += tokenized.group.n_docs
     return tokenized.group
-
-
-def _token_sequence_encoder(resources: Resources):
-    """``features -> payloads`` writing the Model Zoo's SequenceExample of WordPiece strings
-    (``--disable_masking``, ``--unmasked_format tokens``); its per-id bytes are made once per worker."""
-    from .format.records import serialize_token_sequences, token_sequence_elements
-
-    elements = getattr(resources, "_token_elements", None)
-    if elements is None:
-        vocab = resources.tokenizer.vocab
-        tokens = [""] * len(vocab)
-        for token, index in vocab.items():
-            tokens[index] = token
-        elements = token_sequence_elements(tokens)
-        object.__setattr__(resources, "_token_elements", elements)
-
-    def encode(features):
-        return serialize_token_sequences(features["input_ids"], features["input_mask"], elements)
-
-    return encode
-
-
-def _passes(
-    group_index: int, unit: int, group: TokenizedGroup, resources: Resources, clock: StageClock
-) -> Iterator[Tuple[InstancePass, Tuple[Tuple[str, str], ...]]]:
-    """Every dupe pass of the group, planned (lazily, one after another), with the feature
-    order its records are written in. A group without a usable document has no pass."""
-    config = resources.config
-    if not group.n_docs:
-        return
-    if config.mlm_only:
-        streams = build_streams(group, resources.separator_id if config.allow_cross_document_examples else None)
-        options = WindowOptions(config.overlap_size, max(1, config.buffer_size // config.max_seq_length))
-        order = feature_order(UNMASKED_FEATURES if config.disable_masking else MLM_ONLY_FEATURES)
-        if config.disable_masking and config.unmasked_format == "tokens":
-            order = _token_sequence_encoder(resources)
-    else:
-        order = feature_order(NSP_FEATURES)
-    for dupe_pass in range(config.dupe_factor):
-        with clock("instances"):
-            if config.mlm_only:
-                randomness = pass_randomness(config.seed, "windows", group_index, dupe_pass, config.num_output_files, unit)
-                planned = window_pass(
-                    streams, resources.params, options, resources.masking, randomness, config.num_output_files,
-                    resources.is_continuation,
-                )
-            else:
-                randomness = pass_randomness(config.seed, "pairs", group_index, dupe_pass, config.num_output_files, unit)
-                planned = pair_pass(
-                    group, resources.params, resources.masking, randomness, config.num_output_files,
-                    resources.is_continuation,
-                )
-        yield planned, order
-
-
-def _count_pass(instance_pass: InstancePass, config: Config, stats: Counter) -> None:
-    stats["instances"] += instance_pass.n
-    if config.mlm_only:
-        stats["windows_spanning_documents"] += instance_pass.spanning_documents
-    else:
-        stats[UNPAIRED_STAT[config.sentence_order_prediction]] += instance_pass.unpaired

@@ -1,10 +1,10 @@
-"""Progress of a ``create_tfrecords`` run: a tqdm bar on stderr, fed by :func:`bert_data.runners.local.run`.
+"""Progress of a ``create_tfrecords`` run: a tqdm bar on stderr, fed by :func:`bert_data.runners.job.run`.
 
 ``run(config, on_start=progress.start, on_group=progress.update)``: ``start`` receives the
 :class:`~bert_data.metadata.MetadataSummary` (its ``total_bytes``, the input files' size, is the
 bar's total) and a live counter of input bytes read that the workers advance as they read (so
 the bar moves inside a long group too); ``update`` gets each finished
-:class:`~bert_data.group.GroupResult` in group order (documents, instances). The bar shows input
+:class:`~bert_data.runners.worker.GroupResult` in group order (documents, instances). The bar shows input
 bytes done of total with rate and ETA, plus documents read and instances written. It is drawn
 only on a terminal and never on stdout (the final summary line owns stdout); otherwise every
 method is a no-op, so callers never need to check.

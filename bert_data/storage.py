@@ -4,9 +4,9 @@ Every file that may be a URL goes through here: metadata, documents, the work di
 run whose ``--output_dir`` is a URL (fragments, the journal of finished groups), shards and the
 manifest, for every runner. A path is a local one or a URL with a scheme (``s3://``, ``gs://``,
 ``file://``, ``hdfs://``, ...). A local ``--output_dir`` keeps the local runner's work directory
-(partial shards appended with kernel copies and fsyncs: :mod:`bert_data.writer`), which object
+(partial shards appended with kernel copies and fsyncs: :mod:`bert_data.output.local_dir`), which object
 stores cannot do; a URL ``--output_dir`` gets the object-store layout of
-:mod:`bert_data.runners.remote` (the Beam runner's layout).
+:mod:`bert_data.output.object_store`.
 
 Local paths use the operating system directly (fsync before rename where a crash must not lose
 what a journal claims). URLs go through fsspec (installed with the ``dask`` extra; ``s3://``

@@ -7,7 +7,7 @@
     python scripts/benchmark.py --shape jsonl --replicate 5 --workers 1 2   # one ~50 MB JSON Lines file
 
 Every measured run is a fresh child process (``--child``) that builds a ``Config`` with
-``build_config`` and calls ``bert_data.runners.local.run(config, on_group=...)``; it sums
+``build_config`` and calls ``bert_data.runners.job.run(config, on_group=...)``; it sums
 ``GroupResult.seconds`` over the groups (wall time per stage, summed over workers) and
 prints one JSON line on stdout. The parent samples ``VmRSS`` of the child and all its
 descendants (the worker pool) every ``--sample_ms`` and keeps the maximum of the *sum*.
@@ -257,8 +257,8 @@ def child_main(spec_json: str) -> int:
     import logging
     from collections import Counter
 
-    from bert_data.config import build_config
-    from bert_data.runners.local import run
+    from bert_data.presets import build_config
+    from bert_data.runners.job import run
 
     logging.basicConfig(level=logging.WARNING)
     spec = json.loads(spec_json)
@@ -359,11 +359,11 @@ def measure_once(spec: Dict[str, object], interval_s: float) -> Dict[str, object
 def reader_implementation() -> str:
     """Which TFRecord reading loops ``inspect_tfrecords`` uses here: the compiled accelerator or
     the numpy fallback (a machine that had no C compiler at install time)."""
-    from bert_data.format import records
+    from bert_data.format import batch_decode
 
-    if records._wire is None:
+    if batch_decode._wire is None:
         return "the numpy reader (bert_data.format._wire is not built: no C compiler at install time)"
-    return f"the compiled reader (bert_data.format._wire, CRC32C {records._wire.CRC32C})"
+    return f"the compiled reader (bert_data.format._wire, CRC32C {batch_decode._wire.CRC32C})"
 
 
 def time_inspect(out_dir: Path, workers: int) -> float:

@@ -27,9 +27,9 @@ def shared_file(*parts: str) -> Path:
 def require_wire() -> None:
     """Skip a test of the compiled accelerator where it was not built (no C compiler at
     install time); fail instead when CI is set: CI must test it."""
-    from bert_data.format import records
+    from bert_data.format import batch_decode
 
-    if records._wire is None:
+    if batch_decode._wire is None:
         message = "bert_data.format._wire is not built (no C compiler at install time)"
         if os.environ.get("CI"):
             pytest.fail(message + " (CI is set: the C accelerator must be built and tested)")
@@ -39,13 +39,13 @@ def require_wire() -> None:
 @pytest.fixture(params=["c", "numpy"])
 def impl(request, monkeypatch):
     """Run a test with the compiled accelerator (``bert_data.format._wire``) and with the numpy
-    implementations it stands in for (``records._wire`` None is how every caller tells)."""
-    from bert_data.format import records
+    implementations it stands in for (``batch_decode._wire`` None is how every caller tells)."""
+    from bert_data.format import batch_decode
 
     if request.param == "c":
         require_wire()
     else:
-        monkeypatch.setattr(records, "_wire", None)
+        monkeypatch.setattr(batch_decode, "_wire", None)
     return request.param
 
 

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_data.format.checks import _c_arrays, _clean_batch_numpy, check_records, clean_batch, is_masked, is_paired, token_kind_table
-from bert_data.format import records as records_module
+from bert_data.format import batch_decode
 from bert_data.format.schema import SCHEMAS
 from bert_data.inspection.inputs import VocabInfo
-from bert_data.inspection.stats import Accumulator
+from bert_data.inspection.file_stats import Accumulator
 
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".", "dog", "ran", "[DOC]"]
 VOCAB = VocabInfo("v", TOKENS, 0, 1, 2, 3, 4)
@@ -133,7 +133,7 @@ def test_valid_batches_take_the_fast_path_with_the_same_statistics(impl, monkeyp
     calls: list = []
     with monkeypatch.context() as patch:
         if impl == "c":  # the C implementation is the one that answers
-            patch.setattr(records_module, "_wire", _Counting(records_module._wire, calls))
+            patch.setattr(batch_decode, "_wire", _Counting(batch_decode._wire, calls))
         fast = _fast(batch, layout, separator, impl)
     assert fast is not None
     assert len(calls) == (1 if impl == "c" else 0)

@@ -581,9 +581,9 @@ def test_the_open_file_check_guards_library_runs_too(tmp_path, tiny_corpus, tiny
 
     code = (
         "import sys\n"
-        "from bert_data.config import build_config\n"
+        "from bert_data.presets import build_config\n"
         "from bert_data.errors import ConfigError\n"
-        "from bert_data.runners.local import run_job\n"
+        "from bert_data.runners.job import run_job\n"
         f"config = build_config(dict(metadata_files=[{str(tiny_corpus)!r}], input_files_prefix={str(tiny_corpus.parent)!r},"
         f" vocab_file={str(tiny_vocab)!r}, output_dir={str(tmp_path / 'out')!r}, num_output_files=200, num_workers=1))\n"
         "try:\n    run_job(config)\nexcept ConfigError as exc:\n    print(exc)\n    sys.exit(2)\n"

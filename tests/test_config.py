@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from bert_data.tools.create import build_parser, config_from_args
-from bert_data.config import (
-    PRESETS_DIR, Config, build_config, effective_yaml, load_yaml_config, most_workers, preset_names, validate,
-)
+from bert_data.config import Config, most_workers, validate
+from bert_data.presets import PRESETS_DIR, build_config, effective_yaml, load_yaml_config, preset_names
 from bert_data.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]

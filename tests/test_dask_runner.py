@@ -107,9 +107,9 @@ def test_dask_flags_are_checked_up_front(corpus, tmp_path, capsys, extra, words)
 def test_progress_follows_the_bytes_the_workers_read(corpus, tmp_path, monkeypatch):
     """The workers' reads reach the coordinator's byte counter as events, as they happen (not
     only when a group's result comes back), and add up to the input exactly once."""
-    from bert_data.config import build_config
+    from bert_data.presets import build_config
     from bert_data.runners import dask as dask_runner
-    from bert_data.runners.local import run
+    from bert_data.runners.job import run
 
     events = []
     follow = dask_runner._ProgressFollower.on_event
@@ -134,7 +134,7 @@ def test_quiet_console_and_loopback_only(corpus, tmp_path):
     unless told otherwise, dashboard or not)."""
     import psutil
 
-    from bert_data.config import build_config
+    from bert_data.presets import build_config
     from bert_data.runners.dask import dask_client
 
     done = subprocess.run([sys.executable, "-m", "bert_data.tools.create",

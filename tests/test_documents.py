@@ -221,10 +221,10 @@ def test_bert_layout_long_lines_and_documents_come_out_in_bounded_pieces(chunk):
     blank line still ends the document."""
     from collections import Counter
 
-    from bert_data import documents as docs
+    from bert_data import input_formats
 
     stats: Counter = Counter()
-    consumer = docs._consumer(docs.ReadOptions(input_format="bert", max_document_chars=1000), stats)
+    consumer = input_formats.make_consumer(input_formats.ReadOptions(input_format="bert", max_document_chars=1000), stats)
     text = "short line\n" + "word " * 5000 + "\n" + "a line.\n" * 400 + " \t\r\nnext doc\n"
     out = []
     for start in range(0, len(text), chunk):

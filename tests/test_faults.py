@@ -244,7 +244,7 @@ def test_unwritable_output_dir_is_one_line_before_the_scan(tmp_path, capsys) -> 
 
 
 def test_disk_space_estimate_warns(tmp_path) -> None:
-    from bert_data.config import build_config
+    from bert_data.presets import build_config
     from bert_data.runners.startup import disk_space_warning
 
     config = build_config({"metadata_files": ["m"], "vocab_file": "v", "output_dir": str(tmp_path / "o"), "dupe_factor": 10})

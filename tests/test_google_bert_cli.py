@@ -15,7 +15,7 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
-from bert_data.format.records import iter_records
+from bert_data.format.tfrecord import iter_records
 from bert_data.tools.google_bert import main, parse_flags, usage
 
 from conftest import REPO, sentence, shared_file, write_vocab
@@ -250,7 +250,7 @@ def test_absl_logging_flags_are_accepted():
 
 
 def test_bert_layout_refuses_what_does_not_apply():
-    from bert_data.config import build_config
+    from bert_data.presets import build_config
     from bert_data.errors import ConfigError
 
     base = {"metadata_files": ["m"], "vocab_file": "v", "input_format": "bert"}

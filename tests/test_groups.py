@@ -129,8 +129,9 @@ def test_long_documents_are_cut_into_pieces_at_line_breaks(tmp_path) -> None:
 
 def test_a_too_long_json_line_is_skipped_alone(tmp_path, monkeypatch) -> None:
     import bert_data.documents as documents
+    import bert_data.input_formats as input_formats
 
-    monkeypatch.setattr(documents, "MAX_JSON_LINE_CHARS", 1000)
+    monkeypatch.setattr(input_formats, "MAX_JSON_LINE_CHARS", 1000)
     monkeypatch.setattr(documents, "_READ_CHUNK", 256)  # the long line arrives in many chunks
     lines = [json.dumps({"text": "a"}), json.dumps({"text": "b" * 20000}), json.dumps({"text": "c"})]
     path = tmp_path / "x.jsonl"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from bert_data.tools.create import main
-from bert_data.format.records import iter_records, parse_example
+from bert_data.format.example_wire import parse_example
+from bert_data.format.tfrecord import iter_records
 
 from conftest import base_args, sentence, write_vocab
 

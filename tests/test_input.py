@@ -23,8 +23,8 @@ from bert_data.reader.dataset import (  # noqa: E402
     pretraining_dataset,
     resolve_files,
 )
-from bert_data.format.records import frame_records  # noqa: E402
 from bert_data.format.schema import FEATURE_NAMES, tf_feature_spec  # noqa: E402
+from bert_data.format.tfrecord import frame_records  # noqa: E402
 
 SEQ, PRED = 32, 5
 INT_FEATURES = [n for n in FEATURE_NAMES if n != "masked_lm_weights"]

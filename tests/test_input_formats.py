@@ -16,11 +16,13 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from bert_data import documents
+from bert_data import compression, input_formats
 from bert_data.tools.create import build_parser, config_from_args, main
-from bert_data.documents import parse_jsonl, read_source, sniff_compression
+from bert_data.compression import sniff_compression
+from bert_data.documents import read_source
+from bert_data.input_formats import parse_jsonl
 from bert_data.metadata import DocumentSource
-from bert_data.runners.local import run
+from bert_data.runners.job import run
 
 from conftest import base_args, write_corpus, write_vocab
 
@@ -126,7 +128,7 @@ def test_read_source_truncated_and_multi_member(tmp_path: Path, kind: str) -> No
 
 
 def test_zstd_without_the_module_is_a_counted_skip(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(documents, "_zstandard", None)
+    monkeypatch.setattr(compression, "_zstandard", None)
     (tmp_path / "a.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 20)
     result = read_source(_source(tmp_path / "a.zst"), None)
     assert result.skip_reason == "unsupported_compression"
@@ -275,7 +277,9 @@ def test_wikiextractor_consumer_is_chunk_invariant(chunk: int) -> None:
         '<doc id="4" title="D">\nD\nLast, unclosed'
     )
     stats: Counter = Counter()
-    consumer = documents._consumer(documents.ReadOptions(input_format="wikiextractor", max_document_chars=1000), stats)
+    consumer = input_formats.make_consumer(
+        input_formats.ReadOptions(input_format="wikiextractor", max_document_chars=1000), stats
+    )
     out: List[str] = []
     for start in range(0, len(text), chunk):
         out.extend(consumer.feed(text[start:start + chunk]))

@@ -18,11 +18,13 @@ from bert_data.tools import inspect as insp
 from bert_data.tools.create import main as create_main
 from bert_data.format.checks import check_records, layout_from_names
 from bert_data.format.manifest import ManifestError, ObservedShards, load_manifest, verify_manifest
-from bert_data.format import records as records_module
-from bert_data.format.records import frame_records, serialize_examples
+from bert_data.format import batch_decode
+from bert_data.format.example_wire import serialize_examples
+from bert_data.format.tfrecord import frame_records
 from bert_data.inspection import parallel
 from bert_data.inspection.inputs import VocabInfo, resolve_inputs
-from bert_data.inspection.stats import MAX_REASONS, inspect_files
+from bert_data.inspection.file_stats import MAX_REASONS
+from bert_data.inspection.stats import inspect_files
 from bert_data.format.schema import MLM_ONLY_FEATURES, NSP_FEATURES, UNMASKED_FEATURES
 
 from conftest import base_args, require_wire, write_corpus, write_vocab
@@ -278,8 +280,8 @@ def test_reports_are_the_same_with_and_without_the_accelerator(tmp_path, tiny_co
     shard.write_bytes(bytes(data) + encode([REC1]))
     capsys.readouterr()
     reports = []
-    for wire in (records_module._wire, None):
-        monkeypatch.setattr(records_module, "_wire", wire)
+    for wire in (batch_decode._wire, None):
+        monkeypatch.setattr(batch_decode, "_wire", wire)
         code, report, _, _ = stats_json(capsys, tmp_path, out, "--num_workers", "1")
         reports.append((code, report))
     assert reports[0][0] == 1 and reports[0][1]["bad_records"] >= 1
@@ -774,7 +776,7 @@ def test_layout_from_names():
 def _unpacked(rec: Dict[str, np.ndarray]) -> bytes:
     """A valid tf.train.Example of ``rec`` as an old writer could emit it: int64 values unpacked
     (one varint field each), so the bulk decoder must leave it to parse_example."""
-    from bert_data.format.records import _varint_bytes as v
+    from bert_data.format.example_wire import varint_bytes as v
 
     def ld(field: int, payload: bytes) -> bytes:
         return v(field << 3 | 2) + v(len(payload)) + payload
@@ -814,7 +816,7 @@ def _report_and_text(capsys, tmp_path: Path, *argv) -> tuple:
 
 def test_bulk_decoding_gives_the_record_by_record_report(tmp_path, vocab, capsys, monkeypatch):
     """Every record through parse_example (the old path) or in bulk: the same report and text."""
-    import bert_data.inspection.stats as stats
+    import bert_data.inspection.file_stats as file_stats
 
     out = tmp_path / "out"
     _mixed_shards(out)
@@ -822,14 +824,14 @@ def test_bulk_decoding_gives_the_record_by_record_report(tmp_path, vocab, capsys
     bare = tmp_path / "bare"
     _mixed_shards(bare)
     calls = []
-    real_parse = stats.parse_example
-    monkeypatch.setattr(stats, "parse_example", lambda data: calls.append(1) or real_parse(data))
+    real_parse = file_stats.parse_example
+    monkeypatch.setattr(file_stats, "parse_example", lambda data: calls.append(1) or real_parse(data))
     for args in ([out, "--num_workers", "1"], [bare, "--vocab_file", vocab, "--num_workers", "1"]):
         calls.clear()
         fast = _report_and_text(capsys, tmp_path, *args)
         assert len(calls) <= 12  # all but the odd records were decoded in bulk
         with monkeypatch.context() as m:
-            m.setattr(stats, "decode_examples", lambda data, starts, lengths, features, small_ints=False: (
+            m.setattr(file_stats, "decode_examples", lambda data, starts, lengths, features, small_ints=False: (
                 {name: np.zeros((0, k), np.int64) for name, _, k in features}, np.zeros(len(starts), bool)))
             slow = _report_and_text(capsys, tmp_path, *args)
         assert fast == slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bert_data.errors import OutputError
-from bert_data.runners.lock import LOCK_NAME, output_lock
+from bert_data.output.lock import LOCK_NAME, output_lock
 
 from conftest import base_args, write_corpus, write_vocab
 
@@ -64,7 +64,7 @@ def test_validation_split_locks_the_parent_directory(tmp_path) -> None:
 
 _HOLDER = """
 import sys
-from bert_data.runners.lock import output_lock
+from bert_data.output.lock import output_lock
 with output_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()  # hold the lock until the test closes stdin or kills this process

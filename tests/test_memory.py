@@ -32,8 +32,8 @@ RATIO, MARGIN_MB = 1.15, 50
 
 CHILD = r"""
 import json, logging, resource, sys
-from bert_data.config import build_config
-from bert_data.runners.local import run
+from bert_data.presets import build_config
+from bert_data.runners.job import run
 logging.basicConfig(level=logging.WARNING)
 groups = []
 manifest = run(build_config(json.loads(sys.argv[1])), on_group=lambda r: groups.append(r.group_index))

@@ -223,7 +223,7 @@ def test_model_zoo_mlm_only_defaults(tmp_path, capsys, caplog):
     """create_tfrecords_mlm_only's defaults are the Model Zoo's: windows within one document,
     overlap max_seq_length / 4, short windows of at least 2 + overlap; resolved up front, so the
     manifest and --print_config show the numbers; a separator token that cannot apply says so."""
-    from bert_data.config import build_config
+    from bert_data.presets import build_config
 
     config = build_config({"metadata_files": ["m"], "vocab_file": "v", "mlm_only": True, "max_seq_length": 128})
     assert (config.allow_cross_document_examples, config.overlap_size, config.min_short_seq_length) == (False, 32, 34)

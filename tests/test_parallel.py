@@ -16,7 +16,8 @@ import pytest
 from conftest import base_args, write_corpus, write_vocab
 
 from bert_data.tools.create import main as create_tfrecords
-from bert_data.format.records import iter_records, parse_example
+from bert_data.format.example_wire import parse_example
+from bert_data.format.tfrecord import iter_records
 
 N_DOCS = 30
 SPLIT_NUM = 4  # 8 groups: more groups than workers, so groups finish out of order

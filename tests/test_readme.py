@@ -42,7 +42,7 @@ def test_every_config_the_readme_names_resolves(monkeypatch) -> None:
     """A preset named in the README (`--config NAME`, or a path from the repository root) loads."""
     import os
 
-    from bert_data.config import build_config, resolve_config
+    from bert_data.presets import build_config, resolve_config
 
     named = set(re.findall(r"--config ([\w./-]+)", _readme())) - {"Y"}  # Y: the flag table's placeholder
     assert {"configs/sample.yaml", "bert_base_msl128", "bert_base_msl512"} <= named

@@ -1,4 +1,5 @@
-"""Tests of bert_data.records: byte equality with TensorFlow, round trips, reader errors."""
+"""Tests of bert_data.format.tfrecord, .example_wire and .batch_decode: byte equality with
+TensorFlow, round trips, reader errors."""
 
 from __future__ import annotations
 
@@ -15,16 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_data.format import records
 from bert_data.errors import RecordFormatError
-from bert_data.format.records import (
-    frame_records,
-    iter_records,
-    natural_key,
-    parse_example,
-    serialize_examples,
-    tfrecord_compression,
-)
+from bert_data.format import batch_decode, example_wire, tfrecord
+from bert_data.format.example_wire import parse_example, serialize_examples
+from bert_data.format.tfrecord import frame_records, iter_records, tfrecord_compression
+from bert_data.output.naming import natural_key
 from bert_data.format.schema import NSP_FEATURES, feature_lengths
 
 from conftest import require_wire
@@ -181,10 +177,11 @@ def test_serialize_input_validation():
     assert serialize_examples({"a": np.zeros((0, 3), np.int64)}, [("a", "int64")]) == []
 
 
-def test_records_module_does_not_import_tensorflow_or_protobuf():
+def test_record_modules_do_not_import_tensorflow_or_protobuf():
     code = (
-        "import sys, numpy as np, bert_data.format.records as r;"
-        "r.frame_records(r.serialize_examples({'a': np.ones((2, 2), np.int64)}, [('a', 'int64')]));"
+        "import sys, numpy as np, bert_data.format.batch_decode, bert_data.format.tfrecord as t, "
+        "bert_data.format.example_wire as w;"
+        "t.frame_records(w.serialize_examples({'a': np.ones((2, 2), np.int64)}, [('a', 'int64')]));"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith('google.protobuf')];"
         "assert not bad, bad"
     )
@@ -198,21 +195,21 @@ def test_records_module_does_not_import_tensorflow_or_protobuf():
 
 
 def test_masked_crc_known_values():
-    assert records.crc32c(b"") == 0
-    assert records.crc32c(b"123456789") == 0xE3069283  # the CRC32C check value
-    assert records._crc32c_pure(b"123456789") == 0xE3069283
+    assert tfrecord.crc32c(b"") == 0
+    assert tfrecord.crc32c(b"123456789") == 0xE3069283  # the CRC32C check value
+    assert tfrecord._crc32c_pure(b"123456789") == 0xE3069283
     rng = np.random.default_rng(0)
     for size in (0, 1, 7, 100, 1000):
         data = rng.bytes(size)
-        assert records._crc32c_pure(data) == records.crc32c(data)
-    crc = records.crc32c(b"abc")
-    assert records.masked_crc32c(b"abc") == ((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+        assert tfrecord._crc32c_pure(data) == tfrecord.crc32c(data)
+    crc = tfrecord.crc32c(b"abc")
+    assert tfrecord.masked_crc32c(b"abc") == ((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
 def test_pure_python_crc_fallback_when_google_crc32c_missing():
     code = (
         "import sys; sys.modules['google_crc32c'] = None\n"
-        "import bert_data.format.records as r\n"
+        "import bert_data.format.tfrecord as r\n"
         "assert r.CRC32C_IMPLEMENTATION == 'pure-python', r.CRC32C_IMPLEMENTATION\n"
         "data = r.frame_records([b'abc', b''])\n"
         "assert list(r.iter_records(__import__('io').BytesIO(data))) == [b'abc', b'']\n"
@@ -425,7 +422,7 @@ def test_iter_records_missing_file(tmp_path):
 
 
 def _varint(v: int) -> bytes:
-    return records._varint_bytes(v)
+    return example_wire.varint_bytes(v)
 
 
 def _ld(field: int, payload: bytes) -> bytes:
@@ -506,7 +503,7 @@ def batch_payloads(path, chunk_bytes: int = 64):
     """(payloads, error message or None) read by iter_record_batches, checking the batches' indices."""
     out = []
     try:
-        for batch in records.iter_record_batches(path, chunk_bytes=chunk_bytes):
+        for batch in batch_decode.iter_record_batches(path, chunk_bytes=chunk_bytes):
             assert batch.first == len(out)
             out += [batch.payload(i) for i in range(len(batch))]
     except RecordFormatError as exc:
@@ -541,7 +538,7 @@ def test_iter_record_batches_position_reaches_the_file_size(tmp_path, impl):
     path = tmp_path / "r.tfrecord"
     data = frame_records(PAYLOADS * 50)
     path.write_bytes(data)
-    positions = [batch.position for batch in records.iter_record_batches(path, chunk_bytes=100)]
+    positions = [batch.position for batch in batch_decode.iter_record_batches(path, chunk_bytes=100)]
     assert positions == sorted(positions) and positions[-1] == len(data)
 
 
@@ -577,7 +574,7 @@ def test_iter_record_batches_damaged_gzip_like_iter_records(tmp_path, impl):
 
 def test_iter_record_batches_missing_file(tmp_path):
     with pytest.raises(RecordFormatError, match="cannot open"):
-        list(records.iter_record_batches(tmp_path / "nope.tfrecord"))
+        list(batch_decode.iter_record_batches(tmp_path / "nope.tfrecord"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -640,7 +637,7 @@ def test_decode_examples_agrees_with_parse_example(impl, layout, small_ints):
     data = b"".join(payloads)
     lengths = np.array([len(p) for p in payloads], np.int64)
     starts = np.cumsum(lengths) - lengths
-    arrays, ok = records.decode_examples(data, starts, lengths, spec, small_ints=small_ints)
+    arrays, ok = batch_decode.decode_examples(data, starts, lengths, spec, small_ints=small_ints)
     assert ok.dtype == bool and ok.shape == (len(payloads),)
     assert set(arrays) == {name for name, _, _ in spec}
     for row, i in enumerate(np.flatnonzero(ok)):
@@ -662,7 +659,7 @@ def test_decode_examples_bert_batch(impl):
     starts = np.cumsum(lengths) - lengths
     spec = [(name, dtype, features[name].shape[1]) for name, dtype in order]
     for small in (False, True):
-        arrays, ok = records.decode_examples(b"".join(payloads), starts, lengths, spec, small_ints=small)
+        arrays, ok = batch_decode.decode_examples(b"".join(payloads), starts, lengths, spec, small_ints=small)
         assert ok.all()
         for name, _ in order:
             np.testing.assert_array_equal(arrays[name], features[name])
@@ -670,7 +667,7 @@ def test_decode_examples_bert_batch(impl):
                 assert arrays[name].dtype == np.int32
     # another length than the layout's: left to parse_example, record by record
     short = [(name, dtype, k + 1 if name == "input_ids" else k) for name, dtype, k in spec]
-    _, ok = records.decode_examples(b"".join(payloads), starts, lengths, short)
+    _, ok = batch_decode.decode_examples(b"".join(payloads), starts, lengths, short)
     assert not ok.any()
 
 
@@ -689,7 +686,7 @@ def test_decode_examples_every_changed_byte(impl):
             changed = bytearray(payloads[target])
             changed[at] ^= bit
             data = b"".join(payloads[:target] + [bytes(changed)] + payloads[target + 1 :])
-            arrays, ok = records.decode_examples(data, starts, lengths, spec)
+            arrays, ok = batch_decode.decode_examples(data, starts, lengths, spec)
             assert ok[[i for i in range(6) if i != target]].all()
             if ok[target]:
                 parsed = parse_example(bytes(changed))
@@ -717,7 +714,7 @@ def test_decode_examples_mixed_header_layouts(impl):
     sizes = k + wide + 5 * (np.arange(n) % 7 == 0)
     assert (sizes < 128).any() and (sizes >= 128).any()
     starts = np.cumsum(lengths) - lengths
-    arrays, ok = records.decode_examples(b"".join(payloads), starts, lengths, [(n_, d, features[n_].shape[1]) for n_, d in order])
+    arrays, ok = batch_decode.decode_examples(b"".join(payloads), starts, lengths, [(n_, d, features[n_].shape[1]) for n_, d in order])
     assert ok.all()
     for name, _ in order:
         np.testing.assert_array_equal(arrays[name], features[name])
@@ -731,7 +728,7 @@ def test_decode_examples_mixed_header_layouts(impl):
 @pytest.fixture
 def wire():
     require_wire()
-    return records._wire
+    return batch_decode._wire
 
 
 @settings(max_examples=200, deadline=None)
@@ -741,7 +738,7 @@ def test_wire_crc32c_is_crc32c(data, offset):
     import google_crc32c
 
     view = memoryview(bytes(offset) + data)[offset:]  # every alignment of the first byte
-    assert records._wire.crc32c(view) == google_crc32c.value(data)
+    assert batch_decode._wire.crc32c(view) == google_crc32c.value(data)
 
 
 @st.composite
@@ -767,18 +764,18 @@ def frame_streams(draw):
 @given(frame_streams())
 def test_wire_cut_frames_agrees_with_numpy(data):
     require_wire()
-    c_starts, c_lengths, c_end, c_bad = records._cut_frames_c(data)
-    n_starts, n_lengths, n_end, n_bad = records._cut_frames_numpy(data, {})
+    c_starts, c_lengths, c_end, c_bad = batch_decode._cut_frames_c(data)
+    n_starts, n_lengths, n_end, n_bad = batch_decode._cut_frames_numpy(data, {})
     assert (c_starts.tolist(), c_lengths.tolist(), c_end, c_bad) == (n_starts.tolist(), n_lengths.tolist(), n_end, n_bad)
 
 
 def test_wire_cut_frames_huge_length_is_incomplete_not_a_crash(wire):
     """A valid header announcing 2**63 bytes: an incomplete frame (the next chunk), no overflow."""
     length = struct.pack("<Q", 2**63 + 5)
-    head = length + struct.pack("<I", records.masked_crc32c(length))
-    starts, lengths, end, bad = records._cut_frames_c(frame_records([b"ab"]) + head)
+    head = length + struct.pack("<I", tfrecord.masked_crc32c(length))
+    starts, lengths, end, bad = batch_decode._cut_frames_c(frame_records([b"ab"]) + head)
     assert (lengths.tolist(), end, bad) == ([2], 18, False)
-    assert records._cut_frames_numpy(frame_records([b"ab"]) + head, {})[2:] == (18, False)
+    assert batch_decode._cut_frames_numpy(frame_records([b"ab"]) + head, {})[2:] == (18, False)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -792,11 +789,11 @@ def test_wire_decode_agrees_with_numpy(layout, small_ints):
     lengths = np.array([len(p) for p in payloads], np.int64)
     starts = np.cumsum(lengths) - lengths
     entries = [
-        (b"\x0a" + records._varint_bytes(len(name)) + name.encode() + b"\x12", b"\x1a" if dtype == "int64" else b"\x12")
+        (b"\x0a" + example_wire.varint_bytes(len(name)) + name.encode() + b"\x12", b"\x1a" if dtype == "int64" else b"\x12")
         for name, dtype, _ in spec
     ]
-    c_arrays, c_ok = records._decode_examples_c(data, starts, lengths, spec, [key for key, _ in entries], small_ints)
-    n_arrays, n_ok = records._decode_examples_numpy(data, starts, lengths, spec, entries, small_ints)
+    c_arrays, c_ok = batch_decode._decode_examples_c(data, starts, lengths, spec, [key for key, _ in entries], small_ints)
+    n_arrays, n_ok = batch_decode._decode_examples_numpy(data, starts, lengths, spec, entries, small_ints)
     assert c_ok.tolist() == n_ok.tolist()
     for name, dtype, k in spec:
         assert c_arrays[name].shape == n_arrays[name].shape == (int(c_ok.sum()), k)
@@ -827,14 +824,14 @@ def test_wire_decode_rejects_bad_arguments(wire):
 
 def test_a_stale_accelerator_build_is_refused_with_a_warning():
     """A _wire module of another API (built from an older _wire.c in an editable checkout) is
-    never called: records falls back to numpy and says how to rebuild."""
+    never called: batch_decode falls back to numpy and says how to rebuild."""
     code = (
         "import logging, sys, types\n"
         "logging.basicConfig()\n"
         "stale = types.ModuleType('bert_data.format._wire'); stale.API = 0\n"
         "sys.modules['bert_data.format._wire'] = stale\n"
-        "from bert_data.format import records\n"
-        "assert records._wire is None\n"
+        "from bert_data.format import batch_decode\n"
+        "assert batch_decode._wire is None\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,6 @@
 """Documents and output behind URLs (fsspec, through bert_data.storage), for the local and Dask
 runners: ``file://`` (a real multi-process shared file system, through the URL code path: the
-object-store layout of bert_data.runners.remote) and ``memory://`` (an object store without
+object-store layout of bert_data.output.object_store) and ``memory://`` (an object store without
 directories, in one process). The shards must be byte-identical to a local run's; a killed
 coordinator resumes from the group index; a missing package or an unknown scheme is one line."""
 
@@ -154,7 +154,7 @@ def test_staging_keeps_documents_with_one_base_name_apart(tmp_path):
     """Two remote documents named alike (a/x.txt, b/x.txt) are staged to distinct local copies
     (the copies are made by parallel threads)."""
     from bert_data.metadata import DocumentSource, WorkItem
-    from bert_data.runners.remote import stage_sources
+    from bert_data.runners.worker import stage_sources
 
     items = []
     for n, sub in enumerate("abcdefgh"):

@@ -10,7 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from bert_data.format.records import iter_records, serialize_token_sequences, token_sequence_elements
+from bert_data.format.example_wire import serialize_token_sequences, token_sequence_elements
+from bert_data.format.tfrecord import iter_records
 from bert_data.tools import create as cli
 from bert_data.tools.inspect import main as inspect_main
 

@@ -1,8 +1,8 @@
 /* bert_data.format._wire: the hot loops of reading TFRecords of one known layout, in C.
  *
- * Optional accelerator of bert_data/format/records.py and checks.py (built when a C compiler is
+ * Optional accelerator of bert_data/format/batch_decode.py and checks.py (built when a C compiler is
  * present, skipped otherwise): those modules keep the numpy implementations of every function,
- * use them when this module is missing (records._wire is None), and the tests check that both
+ * use them when this module is missing (batch_decode._wire is None), and the tests check that both
  * give the same answers on random and damaged input. No numpy headers: arrays come and go
  * through the buffer protocol, so building needs nothing but Python's own headers. Little-endian
  * machines only (the import fails elsewhere, and numpy is used).
@@ -551,7 +551,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     }
     crc_choose();
     PyObject *m = PyModule_Create(&module);
-    /* records.py uses the module only when API equals its own WIRE_API: raise both together when
+    /* batch_decode.py uses the module only when API equals its own WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
     if (m && PyModule_AddIntConstant(m, "API", 1) < 0) {
         Py_DECREF(m);

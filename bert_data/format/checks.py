@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tu
 
 import numpy as np
 
-from . import records
+from . import batch_decode
 from .schema import SCHEMAS, FeatureSpec, feature_length, schema_from_names
 
 __all__ = [
@@ -91,7 +91,7 @@ def _kind(value: Any) -> str:
 
 def structure_problem(example: Dict[str, Any], seq: int, pred: int, layout: str = "nsp") -> Optional[str]:
     """First problem with the feature names, dtypes and lengths of one decoded record
-    (:func:`bert_data.format.records.parse_example`) of the given layout, or None."""
+    (:func:`bert_data.format.example_wire.parse_example`) of the given layout, or None."""
     specs = layout_specs(layout)
     names = [f.name for f in specs]
     missing = [name for name in names if name not in example]
@@ -346,7 +346,7 @@ def clean_batch(
     n = len(batch["input_ids"])
     if n == 0 or vocab.mask == 0:
         return None
-    if records._wire is not None:
+    if batch_decode.wire() is not None:
         arrays = _c_arrays(batch, layout)
         if arrays is not None and kinds.dtype == np.uint8 and kinds.flags.c_contiguous and len(kinds) >= vocab.size:
             return _clean_batch_c(batch, arrays, vocab, kinds, layout, separator_id)
@@ -403,7 +403,7 @@ def _clean_batch_c(
         KIND_SPECIAL, KIND_UNK, KIND_CLS, KIND_SEP,
     )  # fmt: skip
     real, predictions = np.empty(n, np.int64), np.zeros(n, np.int64)
-    sums = records._wire.clean_rows(arrays, params, kinds, real, predictions)
+    sums = batch_decode.wire().clean_rows(arrays, params, kinds, real, predictions)
     if sums is None:
         return None
     shown, kept, random, real_tokens, unk_tokens = sums

@@ -22,18 +22,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import __version__
 from ..errors import RecordFormatError, plural
+from ..objectives import OBJECTIVE_OF_LAYOUT, layout_of, objective_of
+from ..output.naming import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, named_outputs_manifest_path, natural_key
 from .checks import is_masked, layout_names, layout_specs
-from .records import natural_key
-from .schema import (
-    SCHEMAS, TOKEN_SEQUENCES, TOKEN_SEQUENCES_DESCRIPTION, feature_length, objective_schema, schema_description,
-    schema_from_names,
-)
-
-MANIFEST_NAME = "data_params.json"
-
-# The objective each record layout trains, as recorded under "objective".
-OBJECTIVE_OF_LAYOUT = {"nsp": "mlm+nsp", "sop": "mlm+sop", "mlm_only": "mlm_only", "unmasked": "mlm_only",
-                       "unmasked_tokens": "mlm_only"}
+from .schema import SCHEMAS, TOKEN_SEQUENCES, feature_length, schema_description, schema_from_names
 
 
 def file_sha256(path: str) -> str:
@@ -115,20 +107,8 @@ def build_manifest(settings: Mapping[str, Any], stats: Counter, per_shard: Dict[
 
 
 def _objective_fields(settings: Mapping[str, Any], stats: Counter) -> Dict[str, Any]:
-    """Manifest keys of the training objective: the mode and the schema actually written."""
-    name = objective_schema(settings["mlm_only"], settings["sentence_order_prediction"], settings["disable_masking"],
-                            settings.get("unmasked_format", "ids"))
-    out: Dict[str, Any] = {
-        "objective": OBJECTIVE_OF_LAYOUT[name],
-        "masking": "none (mask in the reader)" if settings["disable_masking"] else "static",
-        "record_schema": name,
-        "schema": TOKEN_SEQUENCES_DESCRIPTION if name == TOKEN_SEQUENCES else schema_description(
-            settings["max_seq_length"], settings["max_predictions_per_seq"], SCHEMAS[name]),
-    }
-    if settings["sentence_order_prediction"]:
-        out["sop_single_segment_chunks"] = stats["sop_single_segment_chunks"]
-    if settings["mlm_only"]:
-        out["windows_spanning_documents"] = stats["windows_spanning_documents"]
+    """Manifest keys of the training objective (its row's) and of the input format."""
+    out = objective_of(settings).manifest_fields(settings, stats)
     if settings.get("input_format") == "wikiextractor":  # text outside <doc> blocks is not read as documents
         out["wikiextractor_lines_outside_doc"] = stats["wikiextractor_lines_outside_doc"]
     return out
@@ -168,17 +148,6 @@ def _read_local_text(path: str) -> str:
         raise FileNotFoundError(path)
     with open(path, encoding="utf-8") as handle:
         return handle.read()
-
-
-NAMED_MANIFEST_SUFFIX = ".data_params.json"
-
-
-def named_outputs_manifest_path(first_output: str) -> str:
-    """``DIR/.NAME.data_params.json``: the manifest of output files named one by one (google-research/
-    bert's ``--output_file a,b,c``, written by ``create_pretraining_data``), beside the first of
-    them and hidden, so that ``run_pretraining.py --input_file=DIR/NAME*`` never matches it."""
-    head, name = os.path.split(os.path.abspath(first_output))
-    return os.path.join(head, f".{name}{NAMED_MANIFEST_SUFFIX}")
 
 
 def named_output_manifests(directory: str) -> List[Tuple[str, Union[Dict[str, Any], str]]]:
@@ -265,7 +234,7 @@ def _flag_layout(data: Mapping[str, Any]) -> Optional[str]:
     flags = [data.get(k) for k in ("mlm_only", "sentence_order_prediction", "disable_masking")]
     if not all(isinstance(v, bool) for v in flags):
         return None
-    return objective_schema(*flags)
+    return layout_of(*flags)
 
 
 def manifest_layout(manifest: Manifest) -> Tuple[Optional[str], str, Optional[str]]:

@@ -84,17 +84,6 @@ TOKEN_SEQUENCES_DESCRIPTION = {
 }
 
 
-def objective_schema(mlm_only: bool, sentence_order_prediction: bool, disable_masking: bool,
-                     unmasked_format: str = "ids") -> str:
-    """Name (a key of :data:`SCHEMAS`, or :data:`TOKEN_SEQUENCES`) of the records a run with these
-    settings writes."""
-    if mlm_only:
-        if disable_masking:
-            return TOKEN_SEQUENCES if unmasked_format == "tokens" else "unmasked"
-        return "mlm_only"
-    return "sop" if sentence_order_prediction else "nsp"
-
-
 def schema_from_names(names) -> str:
     """The :data:`SCHEMAS` key whose feature names are exactly ``names``; ``sop`` and ``nsp``
     share names, so that set gives ``nsp``. ValueError when none matches."""

@@ -28,7 +28,8 @@ from ..format.manifest import (
     named_output_manifests,
     manifest_separator,
 )
-from ..format.records import natural_key, tfrecord_compression
+from ..format.tfrecord import tfrecord_compression
+from ..output.naming import natural_key
 from . import InspectError
 
 __all__ = [
@@ -89,7 +90,7 @@ def resolve_inputs(paths: Sequence[str]) -> Tuple[List[InputFile], List[str]]:
 
 
 def detect_compression(path: str) -> str:
-    """``"gzip"`` or ``"none"`` (:func:`bert_data.format.records.tfrecord_compression`)."""
+    """``"gzip"`` or ``"none"`` (:func:`bert_data.format.tfrecord.tfrecord_compression`)."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(12)

@@ -1,6 +1,6 @@
 """Reading the files of ``inspect_tfrecords --stats`` in several processes.
 
-Each file is read by :func:`bert_data.inspection.stats.read_file` into an accumulator of its
+Each file is read by :func:`bert_data.inspection.file_stats.read_file` into an accumulator of its
 own; the parent merges them in file order, so the report does not depend on the number of
 workers. One thing does flow from file to file: what a directory's records are checked against
 (layout and lengths) is learnt from its first records when ``data_params.json`` does not say.
@@ -28,10 +28,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RecordFormatError
-from ..format.records import iter_records, parse_example
+from ..format.example_wire import parse_example
+from ..format.tfrecord import iter_records
 from . import InspectError
 from .inputs import Group, VocabInfo, load_vocab_info
-from .stats import FileResult, Progress, keep_freed_memory, read_file
+from .file_stats import FileResult, Progress, keep_freed_memory, read_file
 
 __all__ = ["MIN_BYTES_PER_WORKER", "worker_count", "read_files_in_parallel"]
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import RecordFormatError
 from ..format.checks import check_records, is_masked, is_paired, layout_names, structure_problem
-from ..format.records import iter_records, parse_example
+from ..format.example_wire import parse_example
+from ..format.tfrecord import iter_records
 from . import InspectError
 from .inputs import Group, Groups, InputFile, VocabInfo
 from .report import plural

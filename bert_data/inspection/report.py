@@ -124,7 +124,7 @@ def import_pyplot():
 
 def shard_rows(results: Sequence[Any]) -> List[Tuple[str, int, int, int]]:
     """``(file name, records, [UNK] tokens, real tokens)`` of each file read
-    (:class:`bert_data.inspection.stats.FileResult`), for the plot's [UNK]-per-file panel."""
+    (:class:`bert_data.inspection.file_stats.FileResult`), for the plot's [UNK]-per-file panel."""
     return [(os.path.basename(r.path), r.records, r.acc.unk_tokens, r.acc.real_tokens) for r in results]
 
 

@@ -14,7 +14,7 @@
 
 Additions: ``file_pattern`` may be a glob, a comma-separated list of globs (as the original
 ``--input_file``), a list of globs or an output directory (its ``*.tfrecords``); GZIP files
-are detected per file (:func:`bert_data.format.records.tfrecord_compression`); per-worker sharding of the *files* (before the
+are detected per file (:func:`bert_data.format.tfrecord.tfrecord_compression`); per-worker sharding of the *files* (before the
 interleave) from a ``tf.distribute.InputContext`` or explicit ``num_shards``/``shard_index``;
 and a ``data_params.json`` found beside the files is checked against the requested
 ``max_seq_length``/``max_predictions_per_seq``, so a mismatch fails at once with a clear
@@ -35,8 +35,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError, RecordFormatError, plural
 from ..format.manifest import Manifest, load_manifest, manifest_layout, manifest_separator
-from ..format.records import natural_key, tfrecord_compression
 from ..format.schema import SCHEMAS, tf_feature_spec
+from ..format.tfrecord import tfrecord_compression
+from ..output.naming import natural_key
 from .dynamic_masking import DynamicMaskingOptions, Masker, masker_from_options
 
 COMPRESSION_CHOICES = ("auto", "gzip", "none")
@@ -159,7 +160,7 @@ def resolve_files(file_pattern: FilePattern) -> List[str]:
 
 def detect_compression(path: str) -> str:
     """``"GZIP"`` or ``""`` (TensorFlow's names), from the first 12 bytes of the file, with the
-    rule every reader of this package uses (:func:`bert_data.format.records.tfrecord_compression`:
+    rule every reader of this package uses (:func:`bert_data.format.tfrecord.tfrecord_compression`:
     a plain file whose first record length starts with the gzip magic bytes is plain)."""
     import tensorflow as tf
 

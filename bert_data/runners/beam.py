@@ -10,14 +10,15 @@ Shape of the pipeline (the driver is the process that runs ``create_tfrecords``)
     Beam:    ReadFromText(groups.jsonl) ─► Reshuffle
              ─► ProcessGroup: setup() builds the resources once per DoFn instance (spaCy and the
                 tokenizer are never pickled); process() stages remote documents locally, runs
-                group.process_group unchanged into a worker-local fragment, publishes it
+                runners.worker.write_group unchanged into a worker-local fragment, publishes it
                 shard-major to {work}/fragments/g….frag and emits (shard, (group, offset, length,
                 records)) per shard plus the group's counters
              ─► GroupByKey(shard) (+ a marker per shard, so empty shards are written too)
              ─► WriteShard: sort the entries by group, copy the byte ranges in that order through
                 bert_data.storage into {work}/{name}-{i}.tfrecords.partial, rename to {name}-{i}.tfrecords
-             ─► Finalize: summed counters + records per shard ─► format.manifest.build_manifest
-                ─► work dir removed ─► data_params.json, last (the commit point)
+             ─► Finalize: summed counters + records per shard ─► runners.finish.finish, the finish
+                sequence of every runner: no instance ─► nothing published (WriteShard writes no
+                shard then), exit 2; else manifest ─► work dir removed ─► data_params.json, last
 
 Each shard is the concatenation, in group order, of the group's runs for that shard (dupe
 passes in fragment order), which is exactly what the local ShardAssembler appends: the shards
@@ -45,22 +46,21 @@ from typing import Dict, Sequence, Tuple
 
 from .. import storage
 from ..config import Config
-from ..errors import BertDataError, ConfigError, OutputError
-from ..format.manifest import MANIFEST_NAME, VocabIdentity, build_manifest
-from ..group import build_resources, group_plan, process_group
-from ..metadata import MetadataSummary, decode_group, encode_group, scan_metadata
-from ..storage import open_metadata
+from ..errors import BertDataError, ConfigError, NothingUsableError, OutputError
+from ..format.containers import container_for
+from ..format.manifest import MANIFEST_NAME, VocabIdentity
+from ..group import build_resources
+from ..metadata import MetadataSummary, decode_group
+from ..output.outputs import Output, open_output
+from ..output.fragment import copy_runs, publish_fragment
+from ..output.local_dir import prepare_output_dir
+from ..output.naming import PARTIAL_SUFFIX, WORK_DIR_NAME, fragment_name, shard_file_names
+from ..output.object_store import prepare_remote_output_dir
 from ..storage import is_remote, join as _join
-from ..writer import WORK_DIR_NAME, prepare_output_dir, shard_file_names
-from .remote import (
-    copy_runs,
-    fragment_name,
-    prepare_remote_output_dir,
-    publish_fragment,
-    remove_remote_work_dir,
-    stage_sources,
-)
+from .finish import finish, quality_warnings
+from .plan import plan
 from .startup import input_fingerprints, startup_checks
+from .worker import named_as_given, stage_sources, write_group
 
 log = logging.getLogger("bert_data")
 
@@ -102,7 +102,7 @@ finally:
 if beam is not None:
 
     class ProcessGroupFn(beam.DoFn):
-        """One group: ``group.process_group`` unchanged into a worker-local fragment, then
+        """One group: ``runners.worker.write_group`` unchanged into a worker-local fragment, then
         published shard-major to ``{work}/fragments/``; emits (shard, index entry) per shard
         and the group's counters. Re-running a group rewrites the same bytes (retries are safe)."""
 
@@ -133,18 +133,15 @@ if beam is not None:
             try:
                 local_sources, renames = stage_sources(sources, stage_dir)
                 try:
-                    result = process_group(group_index, local_sources, self._resources, self._work_dir)
+                    result = write_group(group_index, local_sources, self._resources, self._work_dir)
                 except BertDataError as exc:
-                    message = str(exc)
-                    for local, remote in renames.items():
-                        message = message.replace(local, remote)
-                    raise type(exc)(message) from None
+                    raise named_as_given(exc, renames) from None
             finally:
                 shutil.rmtree(stage_dir, ignore_errors=True)
             try:
                 entries = []
                 if result.segments:
-                    shared = fragment_name(self._shared_work_dir, group_index)
+                    shared = fragment_name(self._shared_work_dir, group_index, _join)
                     entries = publish_fragment(result.fragment_path, result.segments, shared)
             finally:
                 os.unlink(result.fragment_path)
@@ -163,22 +160,26 @@ if beam is not None:
         the byte ranges from the groups' fragments in that order into
         ``{work}/{name}-{i}.tfrecords.partial``, rename it to ``{output_dir}/{name}-{i}.tfrecords``.
         Only index entries go through the shuffle (tens of bytes per group and shard); memory is
-        those entries plus 8 chunks of 8 MiB of read-ahead (:func:`~bert_data.runners.remote.copy_runs`)."""
+        those entries plus 8 chunks of 8 MiB of read-ahead (:func:`~bert_data.output.fragment.copy_runs`).
+        A run that made no instance writes no shard: :func:`finalize` then publishes nothing."""
 
-        def __init__(self, output_dir: str, work_dir: str, name: str, num_shards: int) -> None:
+        def __init__(self, output_dir: str, work_dir: str, names: Sequence[str]) -> None:
             self._output_dir = output_dir
             self._work_dir = work_dir
-            self._names = shard_file_names(name, num_shards)
+            self._names = list(names)
 
-        def process(self, element):
+        def process(self, element, stats):
             shard, entries = element
+            if not stats.get("instances"):
+                yield shard, 0, 0
+                return
             index = sorted(entry for entry in entries if entry is not None)  # None: every shard's marker
             groups = [entry[0] for entry in index]
             if len(set(groups)) != len(groups):
                 raise RuntimeError(f"shard {shard}: a group arrived twice")
-            runs = [(fragment_name(self._work_dir, g), offset, length) for g, offset, length, _ in index]
+            runs = [(fragment_name(self._work_dir, g, _join), offset, length) for g, offset, length, _ in index]
             final = _join(self._output_dir, self._names[shard])
-            partial = _join(self._work_dir, self._names[shard] + ".partial")
+            partial = _join(self._work_dir, self._names[shard] + PARTIAL_SUFFIX)
             out = storage.create(partial)
             try:
                 written = copy_runs(runs, out)
@@ -198,23 +199,37 @@ def _sum_stats(values) -> Dict[str, int]:
     return dict(total)
 
 
-def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, work_dir: str,
-             inputs: Dict) -> None:
+class PublishedShards:
+    """Beam's view of the run's output for :func:`bert_data.runners.finish.finish`: the shards were
+    published by the WriteShard step (in parallel, one per shard); the rest (discard, commit) is
+    the output's own."""
+
+    def __init__(self, output: Output, per_shard: Dict[str, int]) -> None:
+        self.output = output
+        self.per_shard = per_shard
+
+    def publish(self) -> Dict[str, int]:
+        return self.per_shard
+
+    def commit(self, manifest: Dict) -> Dict:
+        return self.output.commit(manifest)
+
+    def discard(self) -> None:
+        self.output.discard()
+
+
+def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, inputs: Dict) -> None:
     """Last step, inside the pipeline (so a job whose driver went away still completes): the
-    manifest from the summed counters and per-shard counts (``format.manifest.build_manifest``,
-    as the local runner); then the work dir is removed and ``data_params.json`` written, last."""
-    names = shard_file_names(config.name, config.num_output_files)
+    run's one finish sequence (:func:`bert_data.runners.finish.finish`) over the shards the
+    pipeline wrote: nothing usable -> nothing published, exit 2; else the manifest from the
+    summed counters, the work dir removed and ``data_params.json`` written, last."""
+    names = shard_file_names(config.name, config.num_output_files, container_for("tfrecord").suffix)
     records = {shard: count for shard, count, _bytes in shard_counts}
     if sorted(records) != list(range(config.num_output_files)):
         raise RuntimeError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
     per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
-    manifest = build_manifest(config.to_json(), Counter(stats), per_shard, summary, vocab)
-    manifest["inputs"] = inputs  # as the local runner records them
-    if is_remote(work_dir):
-        remove_remote_work_dir(work_dir)
-    else:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    storage.write_json_atomically(_join(config.output_dir, MANIFEST_NAME), manifest)  # the commit point
+    output = PublishedShards(open_output(config), per_shard)
+    finish(output, config=config, stats=Counter(stats), summary=summary, vocab=vocab, inputs=inputs)
 
 
 # --- driver ----------------------------------------------------------------------------------
@@ -303,12 +318,13 @@ def is_direct(options) -> bool:
     return runner in ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
-def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, finish: Dict):
-    """``finish``: the driver's part of the manifest (the metadata summary, the vocabulary's
+def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, driver: Dict):
+    """``driver``: the driver's part of the manifest (the metadata summary, the vocabulary's
     identity) for :func:`finalize`."""
     import apache_beam as beam
 
     n = config.num_output_files
+    names = shard_file_names(config.name, n, container_for("tfrecord").suffix)
     processed = (
         pipeline
         | "ReadGroups" >> beam.io.ReadFromText(groups_path)
@@ -318,21 +334,20 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
             ProcessGroupFn.STATS, main="chunks"
         )
     )
+    stats = processed[ProcessGroupFn.STATS] | "SumStats" >> beam.CombineGlobally(_sum_stats)
     markers = pipeline | "EveryShard" >> beam.Create([(shard, None) for shard in range(n)])
     written = (
         (processed.chunks, markers)
         | "Merge" >> beam.Flatten()
         | "ByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(WriteShardFn(config.output_dir, work_dir, config.name, n))
+        | "WriteShard" >> beam.ParDo(WriteShardFn(config.output_dir, work_dir, names), beam.pvalue.AsSingleton(stats))
     )
-    stats = processed[ProcessGroupFn.STATS] | "SumStats" >> beam.CombineGlobally(_sum_stats)
     (
         written
         | "ShardCounts" >> beam.combiners.ToList()
         | "Finalize"
         >> beam.Map(
-            finalize, beam.pvalue.AsSingleton(stats), config, finish["summary"], finish["vocab"], work_dir,
-            finish["inputs"],
+            finalize, beam.pvalue.AsSingleton(stats), config, driver["summary"], driver["vocab"], driver["inputs"],
         )
     )
 
@@ -347,7 +362,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
         vocab = startup_checks(config, local_vocab).vocab
         spool_path = os.path.join(scratch, GROUPS_FILE)
-        summary = _plan(config, spool_path)  # the metadata is read once, here
+        summary = plan(config, spool_path)  # the metadata is read once, here
         options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
         # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
         # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
@@ -365,8 +380,15 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         inputs = input_fingerprints(config, summary, local_vocab)
         build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir,
                        {"summary": summary, "vocab": identity, "inputs": inputs})
-        _run_pipeline(pipeline, options)
-        return json.loads(storage.read_bytes(_join(config.output_dir, MANIFEST_NAME)))
+        try:
+            _run_pipeline(pipeline, options)
+        except NothingUsableError:
+            open_output(config).discard()  # nothing to redo from: the corrected rerun starts clean
+            raise
+        manifest = json.loads(storage.read_bytes(_join(config.output_dir, MANIFEST_NAME)))
+        for warning in quality_warnings(Counter(), manifest):
+            log.warning(warning)
+        return manifest
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -388,23 +410,13 @@ def _fetch_vocab(vocab_file: str, scratch: str) -> Tuple[bytes, str]:
 def _prepare_output(config: Config) -> str:
     """The work directory of a fresh run (a Beam run is never resumed: it is redone)."""
     if is_remote(config.output_dir):
-        return prepare_remote_output_dir(config.output_dir, config.name, config.overwrite)
+        return prepare_remote_output_dir(config.output_dir, config.name, config.overwrite, container_for("tfrecord").suffix)
     if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
         raise OutputError(
             f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
             f"(a Beam run is redone from scratch: its output is deterministic)"
         )
-    return prepare_output_dir(config.output_dir, config.name, config.num_output_files, config.overwrite)
-
-
-def _plan(config: Config, spool_path: str) -> MetadataSummary:
-    """Scan the metadata (local or remote) once, writing the planned groups to a local spool."""
-    metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
-    with open(spool_path, "w", encoding="ascii") as spool:
-        return scan_metadata(
-            config.metadata_files, config.input_files_prefix, opener=open_metadata, plan=group_plan(config),
-            on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"),
-        )
+    return prepare_output_dir(config.output_dir, config.name, config.overwrite, container_for("tfrecord").suffix)
 
 
 def _copy_file(local_path: str, destination: str) -> None:

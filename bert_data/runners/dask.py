@@ -1,8 +1,8 @@
 """``--runner dask``: the local runner's groups, journal and shard assembly, with the groups made
 on a ``dask.distributed`` cluster instead of a process pool.
 
-Everything that decides the bytes is shared with :mod:`bert_data.runners.local`: the plan, the
-per-group function :func:`bert_data.group.process_group`, the in-order assembly with its journal
+Everything that decides the bytes is shared with the local runner (:mod:`bert_data.runners.job`): the plan, the
+per-group function :func:`bert_data.runners.worker.make_group`, the in-order assembly with its journal
 (so ``--resume`` works unchanged), the manifest. Only who runs a group differs, so the shards are
 byte-identical to the local runner's for any number of Dask workers.
 
@@ -34,9 +34,10 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..config import Config
 from ..errors import BertDataError, ConfigError
-from ..group import GroupResult, Resources, build_resources
+from ..faults import dask_worker_faults
+from ..group import Resources, build_resources
 from ..metadata import WorkItem
-from .remote import make_group
+from .worker import GroupResult, make_group
 
 log = logging.getLogger("bert_data")
 
@@ -59,7 +60,7 @@ def _process_on_worker(
         _RESOURCES.clear()  # a worker serves one run at a time: do not keep an earlier run's
         resources = _RESOURCES[config] = build_resources(config)
     resources.bytes_read = _BytesEvents(topic, group_index) if topic else None
-    _test_hooks(group_index)
+    dask_worker_faults(group_index)  # test hooks (bert_data.faults)
     return make_group(group_index, items, resources, work_dir)
 
 
@@ -105,29 +106,6 @@ class _ProgressFollower:
         if seen > before and self.bytes_read is not None:
             self.per_group[group_index] = seen
             self.bytes_read.value += seen - before
-
-
-def _test_hooks(group_index: int) -> None:
-    """Test hooks. ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` kills the worker making GROUP with
-    SIGKILL the first time (MARKER, a file, records that it happened), as the OOM killer would;
-    ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` kills process PID (a scheduler) when GROUP starts;
-    ``BERT_DATA_DASK_PAUSE=MARKER:GROUP`` makes the worker wait two minutes when GROUP starts,
-    after creating MARKER (a run stopped while a group is surely in flight)."""
-    marker, _, group = os.environ.get("BERT_DATA_DASK_PAUSE", "").rpartition(":")
-    if marker and group == str(group_index):
-        with open(marker, "w"):
-            pass
-        time.sleep(120)
-    target = os.environ.get("BERT_DATA_DASK_KILL_ONCE", "")
-    marker, _, group = target.rpartition(":")
-    if marker and group == str(group_index) and not os.path.exists(marker):
-        with open(marker, "w"):
-            pass
-        os.kill(os.getpid(), signal.SIGKILL)
-    pid, _, group = os.environ.get("BERT_DATA_DASK_KILL_PID", "").rpartition(":")
-    if pid and group == str(group_index):
-        with contextlib.suppress(OSError):
-            os.kill(int(pid), signal.SIGKILL)
 
 
 def _import_distributed():
@@ -350,7 +328,7 @@ def _preloading_fork_server() -> None:
 def run_groups_dask(
     config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None
 ) -> Iterator[GroupResult]:
-    """Results in group order, as :func:`bert_data.runners.local.run_groups` gives them; at most
+    """Results in group order, as :func:`bert_data.runners.pool.run_groups` gives them; at most
     two groups per Dask worker thread are in flight, so the plan is read ahead boundedly.
     ``bytes_read`` is advanced as the workers read, wherever they run: they send events to the
     scheduler (``Worker.log_event``) that this client follows (``Client.subscribe_topic``)."""

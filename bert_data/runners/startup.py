@@ -30,6 +30,7 @@ from typing import Dict
 from ..config import Config
 from ..errors import ConfigError
 from ..group import document_separator_id
+from ..output.object_store import check_remote_writable
 
 log = logging.getLogger("bert_data")
 
@@ -61,8 +62,6 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
     if "://" not in config.output_dir:
         check_writable(config.output_dir)
     else:
-        from .remote import check_remote_writable
-
         if config.output_dir.startswith("memory://") and (config.num_workers > 1 or config.runner != "local"):
             raise ConfigError(
                 f"--output_dir {config.output_dir}: memory:// lives in one process, and the workers are other "

@@ -13,10 +13,12 @@ import sys
 import time
 from typing import Any, Dict, NoReturn, Optional, Sequence
 
-from ..config import COMPRESSIONS, Config, build_config, effective_yaml, preset_names
+from ..config import COMPRESSIONS, Config
 from ..documents import INPUT_FORMATS
 from ..errors import BertDataError, Terminated, print_error, raise_on_sigterm
+from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
+from .cli import clip, drop_stdout, resolve_log_level
 
 PROG = "create_tfrecords"
 
@@ -49,7 +51,7 @@ def _usage_message(parser: argparse.ArgumentParser, message: str) -> str:
 
     unknown = re.match(r"unrecognized arguments: (.+)", message)
     if unknown:
-        first = _clip(unknown.group(1).split()[0])
+        first = clip(unknown.group(1).split()[0])
         if not first.startswith("-"):
             return (f"unexpected argument {first!r}: every input is given by a flag (e.g. --metadata_files "
                     f"{first}); see --help")
@@ -64,17 +66,12 @@ def _usage_message(parser: argparse.ArgumentParser, message: str) -> str:
     value = re.match(r"invalid (int|integer|float) value: (.*)", problem)
     if value:
         kind = "a number" if value.group(1) == "float" else "an integer"
-        return f"{flag}: invalid {value.group(1)} value {_clip(value.group(2))}; give {kind}"
+        return f"{flag}: invalid {value.group(1)} value {clip(value.group(2))}; give {kind}"
     if problem.startswith("expected"):
         return f"{flag} needs a value ({problem}; a value that starts with - is written {flag}=VALUE)"
     if problem.startswith("ignored explicit argument"):
         return f"{flag} takes no value ({problem}); write {flag} or --no-{flag[2:]}"
     return f"{flag}: {problem}"
-
-
-def _clip(text: str, most: int = 60) -> str:
-    """A value echoed in an error, cut to ``most`` characters (the line stays one short line)."""
-    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 EPILOG = """\
@@ -194,16 +191,6 @@ def _add_input_format_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _resolve_log_level(name: Optional[str], quiet: bool) -> Optional[int]:
-    """--log_level as a number (names case-insensitive, or an integer); None when unknown."""
-    if name is None:
-        return logging.WARNING if quiet else logging.INFO
-    if name.strip().isdigit():
-        return int(name)
-    level = logging.getLevelName(name.strip().upper())
-    return level if isinstance(level, int) else None
-
-
 _NOT_SETTINGS = ("config", "log_level", "quiet", "print_config")
 
 
@@ -223,16 +210,8 @@ def _print_config(args: argparse.Namespace, prog: str = PROG) -> int:
         sys.stdout.write(effective_yaml(config, source))
         sys.stdout.flush()
     except BrokenPipeError:  # | head: the reader has all it wanted
-        _drop_stdout()
+        drop_stdout()
     return 0
-
-
-def _drop_stdout() -> None:
-    """stdout's reader went away (``| head``): send the rest to /dev/null, so that neither this
-    write nor the flush at exit becomes a traceback."""
-    import os
-
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
@@ -243,11 +222,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     try:
         args = parser.parse_args(argv)
     except BrokenPipeError:  # --help | head
-        _drop_stdout()
+        drop_stdout()
         return 0
     if args.print_config:
         return _print_config(args, prog)
-    level = _resolve_log_level(args.log_level, bool(args.quiet))
+    level = resolve_log_level(args.log_level, bool(args.quiet))
     if level is None:
         return print_error(prog, f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
@@ -259,18 +238,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     raise_on_sigterm()
     try:
         config = config_from_args(args)
-        from ..runners.local import run_job
+        from ..runners.job import run_job
 
         started = time.perf_counter()
         if pipeline_args and config.runner != "beam":
             return print_error(prog, "pipeline options after '--' are for --runner beam")
-        if config.runner == "beam":
-            from ..runners.beam import run_beam
-
-            manifests = {"": run_beam(config, pipeline_args)}
-        else:
-            with RunProgress(stream=sys.stderr, quiet=bool(args.quiet)) as progress:
-                manifests = run_job(config, on_group=progress.update, on_start=progress.start)
+        quiet = bool(args.quiet) or config.runner == "beam"  # Beam's runner reports its own progress
+        with RunProgress(stream=sys.stderr, quiet=quiet) as progress:
+            manifests = run_job(config, on_group=progress.update, on_start=progress.start, pipeline_args=pipeline_args)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
         return print_error(prog, str(exc), exc.exit_code)

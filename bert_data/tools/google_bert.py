@@ -5,7 +5,7 @@ syntax (``--flag=value``, ``--flag value``, ``-flag``, booleans ``--flag`` / ``-
 ``--flag=true|false|1|0``, ``--flagfile=F``), reads BERT's corpus layout (one sentence per line,
 blank lines between documents: ``--input_format bert``) from a comma-separated list of globs,
 and writes the instances round-robin into the ``--output_file`` list
-(:mod:`bert_data.runners.output_files`), plus our extras: worker processes, ``--resume``, a
+(:mod:`bert_data.output.named_files`), plus our extras: worker processes, ``--resume``, a
 manifest beside the output. Differences from BERT are listed in docs/migrating.md.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BertDataError, ConfigError, Terminated, plural, print_error, raise_on_sigterm
-from .create import _clip
+from .cli import clip, drop_stdout, resolve_log_level
 
 PROG = "create_pretraining_data"
 
@@ -224,14 +224,14 @@ def _convert(flag: Flag, value: str) -> Any:
             return float(text)
     except ValueError:
         kind = "an integer" if flag.kind == "integer" else "a number"
-        raise UsageError(f"--{flag.name}={_clip(value)!r} is not {kind}") from None
+        raise UsageError(f"--{flag.name}={clip(value)!r} is not {kind}") from None
     return value
 
 
 def _unknown(name: str) -> str:
     known = list(FLAGS) + ["flagfile"]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f"unknown flag --{_clip(name)}" + (f"; did you mean --{close[0]}?" if close else f"; see {PROG} --help")
+    return f"unknown flag --{clip(name)}" + (f"; did you mean --{close[0]}?" if close else f"; see {PROG} --help")
 
 
 def _in_bert_terms(message: str) -> str:
@@ -242,10 +242,11 @@ def _in_bert_terms(message: str) -> str:
 
 def build_run(values: Dict[str, Any]):
     """(Config for the staging run, output files, input files) from the parsed flags."""
-    from ..config import build_config
-    from ..runners.output_files import (
-        INPUT_LIST_NAME, SHARD_NAME, check_output_files, expand_input_patterns, staging_dir, write_input_list,
+    from ..presets import build_config
+    from ..output.named_files import (
+        INPUT_LIST_NAME, SHARD_NAME, check_output_files, expand_input_patterns, write_input_list,
     )
+    from ..output.naming import staging_dir
 
     for name in REQUIRED:
         if values[name] is None:
@@ -279,9 +280,7 @@ def build_run(values: Dict[str, Any]):
 
 
 def _log_level(values: Dict[str, Any]) -> Optional[int]:
-    from .create import _resolve_log_level
-
-    return _resolve_log_level(values["log_level"], bool(values["quiet"]))
+    return resolve_log_level(values["log_level"], bool(values["quiet"]))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -295,9 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(usage())
             sys.stdout.flush()
         except BrokenPipeError:  # --help | head
-            from .create import _drop_stdout
-
-            _drop_stdout()
+            drop_stdout()
         return 0
     level = _log_level(values)
     if level is None:
@@ -319,24 +316,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(values: Dict[str, Any]) -> int:
     from ..progress import RunProgress
-    from ..runners.local import run_job
-    from ..runners.output_files import manifest_path, run_to_output_files
+    from ..output.named_files import NamedFiles
+    from ..runners.job import run_job
 
     started = time.perf_counter()
     config, outputs, inputs = build_run(values)  # (the runner checks the open-file limit)
     flags = {f.name: values[f.name] for f in BERT_FLAGS}
+    named = NamedFiles(outputs, {"metadata_files": [], "create_pretraining_data": {"flags": flags, "input_files": inputs}})
     with RunProgress(stream=sys.stderr, quiet=bool(values["quiet"])) as progress:
-        manifest = run_to_output_files(
-            config, outputs, lambda c: run_job(c, on_group=progress.update, on_start=progress.start),
-            extra_manifest={"metadata_files": [], "create_pretraining_data": {"flags": flags, "input_files": inputs}},
-        )
+        manifest = run_job(config, on_group=progress.update, on_start=progress.start, named=named)[""]
     skipped = manifest["documents"]["skipped"]
     done = "already complete: " if manifest.get("already_complete") else ""
     print(
         f"{done}wrote {manifest['n_examples']} instances from {plural(manifest['n_docs'], 'document')} "
         f"({manifest['documents']['read']} read, {sum(skipped.values())} skipped"
         + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
-        + f") into {', '.join(outputs)} (manifest {manifest_path(outputs[0])}) in {time.perf_counter() - started:.1f}s"
+        + f") into {', '.join(outputs)} (manifest {named.manifest_path}) in {time.perf_counter() - started:.1f}s"
     )
     return 0
 

@@ -50,7 +50,7 @@ from ..inspection.inputs import InputFile, VocabInfo, load_vocab_info, manifest_
 from ..inspection.printer import print_instances
 from ..inspection.report import format_stats, import_pyplot, shard_rows, write_plot
 from ..inspection.stats import Inspection, inspect_files
-from .main import terminal_bar
+from .cli import terminal_bar
 
 PROG = "inspect_tfrecords"
 

@@ -1,13 +1,11 @@
-"""``bert-data``: one command in front of the five tools, and what the tools share on a terminal.
+"""``bert-data``: one command in front of the five tools.
 
 ``bert-data create|google|inspect|split|vocab [ARGS]`` runs ``create_tfrecords``,
 ``create_pretraining_data``, ``inspect_tfrecords``, ``split_metadata`` or ``build_vocab`` with
 ``ARGS`` (each tool's own ``main(argv)``; the old command names stay). Their exit status passes through unchanged: 0 ok, 1 (inspect) bad
 records, 2 usage or input errors, 130 interrupted. ``bert-data --version`` prints
-``bert_data VERSION``; ``bert-data --help`` lists the commands.
-
-Also here, because every tool's command line uses it: :func:`terminal_bar`, the progress bar
-shown on a terminal only.
+``bert_data VERSION``; ``bert-data --help`` lists the commands. What the tools share on a
+command line (the progress bar shown on a terminal only, ...) is in :mod:`bert_data.tools.cli`.
 """
 
 from __future__ import annotations
@@ -15,9 +13,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PROG", "COMMANDS", "main", "entry_point", "terminal_bar"]
+__all__ = ["PROG", "COMMANDS", "main", "entry_point"]
 
 PROG = "bert-data"
 
@@ -92,26 +90,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def entry_point() -> None:
     sys.exit(main())
-
-
-def terminal_bar(
-    description: str, total: Optional[int], unit: str = "B", quiet: bool = False, stream: Optional[TextIO] = None
-) -> Optional[Any]:
-    """A tqdm bar on ``stream`` (stderr) when it is a terminal and not ``quiet``, else None.
-
-    With ``unit="B"`` counts are shown as KiB/MiB with the rate; the bar is removed when closed,
-    so stdout's final report is all that stays on screen."""
-    from ..progress import progress_enabled
-
-    stream = sys.stderr if stream is None else stream
-    if not progress_enabled(stream, quiet):
-        return None
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total or None, desc=description, unit=unit, unit_scale=True, unit_divisor=1024 if unit == "B" else 1000,
-        file=stream, dynamic_ncols=True, mininterval=0.5, leave=False,
-    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import NoReturn, Optional, Sequence
 from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..metadata import split_metadata_files
-from .main import terminal_bar
+from .cli import terminal_bar
 
 PROG = "split_metadata"
 

@@ -19,7 +19,7 @@ from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..vocab_builder import build_vocab, write_vocab
 from ..documents import INPUT_FORMATS, ReadOptions
-from .main import terminal_bar
+from .cli import terminal_bar
 
 PROG = "build_vocab"
 
@@ -103,7 +103,7 @@ class _Bar:
 
 def _read_options(args: argparse.Namespace) -> ReadOptions:
     """How documents are read, checked by the same rules as create_tfrecords' flags."""
-    from ..config import build_config
+    from ..presets import build_config
 
     config = build_config({"input_format": args.input_format, "text_key": args.text_key,
                            "input_encoding": args.input_encoding}, require_inputs=False)

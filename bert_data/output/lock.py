@@ -17,8 +17,7 @@ import time
 from typing import Iterator
 
 from ..errors import OutputError
-
-LOCK_NAME = ".bert_data.lock"
+from .naming import LOCK_NAME
 
 
 @contextlib.contextmanager

@@ -1,17 +1,17 @@
-"""Named output files (google-research/bert's output contract) on top of the local runner.
+"""Named output files: google-research/bert's ``--output_file a,b,c`` contract.
 
-BERT's ``create_pretraining_data.py`` writes its instances round-robin into the files named by
-``--output_file a,b,c``. The local runner already deals each pass round-robin over
-``num_output_files`` shards; here shard ``i`` becomes output file ``i``:
+BERT's ``create_pretraining_data.py`` writes its instances round-robin into the files it is
+given. A run deals each pass round-robin over ``num_output_files`` shards; here shard ``i``
+becomes output file ``i``:
 
-* the run happens in a *staging directory* beside the first output file,
-  ``DIR/.NAME.bert_data/`` (its lock, journal, the list of input files and the shards), so
-  ``--resume``, the lock and the atomic assembly are the runner's own;
-* when the run is complete, each shard is renamed onto its output file (copied then renamed when
-  that file is on another file system), replacing a previous file of that name as BERT does;
-* the manifest is then written beside the first output file, ``DIR/.NAME.data_params.json``
-  (hidden, so that ``run_pretraining.py --input_file=DIR/NAME*`` never matches it), and the
-  staging directory is removed.
+* the run happens in a *staging directory* beside the first output file, ``DIR/.NAME.bert_data/``
+  (names: :mod:`bert_data.output.naming`), as a :class:`~bert_data.output.local_dir.LocalDirOutput`
+  with its lock, journal and atomic assembly, and the list of input files as its metadata;
+* when the run is committed (:meth:`NamedFilesOutput.commit`), each shard is renamed onto its
+  output file (copied then renamed when that file is on another file system), replacing a
+  previous file of that name as BERT does; the manifest is then written beside the first output
+  file, ``DIR/.NAME.data_params.json`` (hidden, so that ``run_pretraining.py
+  --input_file=DIR/NAME*`` never matches it), and the staging directory is removed.
 
 Every step is idempotent: a run killed while publishing is finished by ``--resume``.
 """
@@ -22,30 +22,33 @@ import errno
 import glob
 import os
 import shutil
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..config import Config
+from ..config import output_settings
 from ..errors import ConfigError, OutputError, ResumeError
-from ..format.manifest import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, named_outputs_manifest_path
+from ..faults import crash_point
 from ..storage import write_json_atomically
-from ..writer import WORK_DIR_NAME, shard_file_names
+from .journal import check_published_files, read_journal
+from .local_dir import LocalDirOutput
+from .naming import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, WORK_DIR_NAME, named_outputs_manifest_path, staging_dir
 
-STAGING_SUFFIX = ".bert_data"
 INPUT_LIST_NAME = "input_files.txt"  # the expanded --input_file, as the runner's metadata file
 SHARD_NAME = "examples"  # shard prefix inside the staging directory
 MAX_FILE_NAME_BYTES = 255
 
 
-def staging_dir(first_output: str) -> str:
-    """``DIR/.NAME.bert_data``: where a run for these output files is made."""
-    head, name = os.path.split(os.path.abspath(first_output))
-    return os.path.join(head, f".{name}{STAGING_SUFFIX}")
+@dataclass(frozen=True)
+class NamedFiles:
+    """Where a BERT-style run's shards go: the ``--output_file`` list, in order, and what the
+    published manifest adds to the run's (the tool's own flags and input files)."""
 
+    outputs: Sequence[str]
+    extra_manifest: Mapping[str, Any] = field(default_factory=dict)
 
-def manifest_path(first_output: str) -> str:
-    """``DIR/.NAME.data_params.json``: the manifest of the output files (the rule is
-    :func:`bert_data.format.manifest.named_outputs_manifest_path`'s: inspect reads it too)."""
-    return named_outputs_manifest_path(first_output)
+    @property
+    def manifest_path(self) -> str:
+        return named_outputs_manifest_path(self.outputs[0])
 
 
 def expand_input_patterns(value: str, flag: str = "--input_file") -> List[str]:
@@ -140,63 +143,59 @@ def write_input_list(staging: str, files: Sequence[str]) -> str:
     return path
 
 
-def run_to_output_files(
-    config: Config,
-    outputs: Sequence[str],
-    run_job: Callable[[Config], Dict[str, Dict]],
-    extra_manifest: Optional[Dict] = None,
-) -> Dict:
-    """Run ``config`` (whose ``output_dir`` is the staging directory and ``num_output_files`` the
-    number of ``outputs``) with ``run_job``, then publish: shards onto the output files, the
-    manifest beside the first. Returns the published manifest. With ``config.resume`` a run
-    already published is reported as complete, after checking that its settings match."""
-    staging, beside = config.output_dir, manifest_path(outputs[0])
-    if config.resume and not os.path.isdir(staging):
-        if os.path.isfile(beside):
-            return _already_published(config, beside, outputs)
-        raise ResumeError(f"--resume: no interrupted run for {outputs[0]} (nothing to continue); run without --resume")
-    manifest = run_job(config)[""]
-    _remove(beside)  # an older manifest must not describe the files being replaced
-    from .local import _crash_point
-
-    for index, (shard, target) in enumerate(zip(shard_file_names(config.name, len(outputs)), outputs)):
-        source = os.path.join(staging, shard)
-        if os.path.lexists(source):
-            _move(source, target)
-            _crash_point("moved", index)  # test hook: killed between two output files
-        elif not os.path.isfile(target):  # moved by a publish that was killed after it: fine
-            raise OutputError(f"{source} is missing: the run's output was removed; run again without --resume")
-    published = dict(manifest, output_dir=os.path.dirname(outputs[0]), **(extra_manifest or {}))
-    names = shard_file_names(config.name, len(outputs))
-    per_shard = manifest.get("instances_per_shard", {})
-    published["output_files"] = list(outputs)
-    published["instances_per_output_file"] = {out: per_shard.get(name, 0) for name, out in zip(names, outputs)}
-    write_json_atomically(beside, published)
-    shutil.rmtree(staging, ignore_errors=True)
-    return published
-
-
-def _already_published(config: Config, beside: str, outputs: Sequence[str]) -> Dict:
-    import json
-
+def already_published(config, named: NamedFiles) -> Optional[Dict]:
+    """``--resume`` of a run whose staging directory is gone: its published manifest (checked to
+    be this run's), or None when there is a staging directory to resume. Raises
+    :class:`ResumeError` when there is neither."""
+    staging, beside = config.output_dir, named.manifest_path
+    if not config.resume or os.path.isdir(staging):
+        return None
+    if not os.path.isfile(beside):
+        raise ResumeError(f"--resume: no interrupted run for {named.outputs[0]} (nothing to continue); run without --resume")
     try:
-        with open(beside, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise ResumeError(f"--resume: {beside} cannot be read ({exc}); run again without --resume") from None
-    from ..config import output_settings
-
-    ignored = {"metadata_files", "num_workers"}
-    changed = sorted(
-        k for k, v in output_settings(config).items() if k not in ignored and k in manifest and manifest[k] != v
-    )
-    if changed or list(manifest.get("output_files", [])) != list(outputs):
-        what = ", ".join(changed) or "--output_file"
-        raise ResumeError(f"--resume: {outputs[0]} was written with other settings ({what}); run again without --resume")
-    missing = [out for out in outputs if not os.path.isfile(out)]
+        manifest = read_journal(beside)
+    except ResumeError:
+        raise ResumeError(f"--resume: {beside} cannot be read as a manifest; run again without --resume") from None
+    check_published_files(output_settings(config), manifest, named.outputs, named.outputs[0])
+    missing = [out for out in named.outputs if not os.path.isfile(out)]
     if missing:
         raise ResumeError(f"--resume: {missing[0]} is missing; run again without --resume")
     return dict(manifest, already_complete=True)
+
+
+class NamedFilesOutput(LocalDirOutput):
+    """A local run in the staging directory whose commit moves the shards onto the named files."""
+
+    def __init__(self, config, container, named: NamedFiles) -> None:
+        super().__init__(config, container)
+        self.named = named
+
+    def commit(self, manifest: Mapping) -> Dict:
+        super().commit(manifest)  # the staging run is complete: a kill from here on is finished by --resume
+        return self._publish_named(manifest)
+
+    def finished_manifest(self) -> Dict:
+        """The staging run is complete (a kill while moving its files): finish publishing."""
+        manifest = super().finished_manifest()
+        return self._publish_named(manifest)
+
+    def _publish_named(self, manifest: Mapping) -> Dict:
+        outputs, beside, staging = self.named.outputs, self.named.manifest_path, self.output_dir
+        _remove(beside)  # an older manifest must not describe the files being replaced
+        for index, (shard, target) in enumerate(zip(self.shard_names, outputs)):
+            source = os.path.join(staging, shard)
+            if os.path.lexists(source):
+                _move(source, target)
+                crash_point("moved", index)  # test hook: killed between two output files
+            elif not os.path.isfile(target):  # moved by a publish that was killed after it: fine
+                raise OutputError(f"{source} is missing: the run's output was removed; run again without --resume")
+        published = dict(manifest, output_dir=os.path.dirname(outputs[0]), **self.named.extra_manifest)
+        per_shard = manifest.get("instances_per_shard", {})
+        published["output_files"] = list(outputs)
+        published["instances_per_output_file"] = {out: per_shard.get(name, 0) for name, out in zip(self.shard_names, outputs)}
+        write_json_atomically(beside, published)
+        shutil.rmtree(staging, ignore_errors=True)
+        return published
 
 
 def _move(source: str, target: str) -> None:

@@ -1,0 +1,213 @@
+"""Resume's one home: every read of a run's journal and every "is this the same run?" check.
+
+A run records what it is before it writes anything (``run.json``: its settings and the
+fingerprints of its inputs), and what it has done after each group (a local output's
+``progress.json``; a URL output's ``index/gNNNNNNNNN.json`` objects). A finished run's manifest
+holds the same settings and fingerprints. ``--resume`` continues only when every input that
+shapes the bytes is unchanged, for every output kind alike:
+
+* :func:`read_journal` reads any of these files, local or behind a URL, guarded the same way (a
+  regular file of a sane size, UTF-8 JSON, an object), so a damaged one is one line naming it;
+* :func:`check_same_run` compares the interrupted (or finished) run with this one: the inputs
+  first, each change named (the vocabulary, the metadata, the segmenter, ...), then the
+  settings, each flag that differs named with both values;
+* :func:`resume_point` decides, from the files a previous run left, whether there is a run to
+  continue (its ``run.json``), a finished one (its manifest), or nothing;
+* :func:`check_progress` and :func:`load_index` read the per-group journals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, Mapping, Optional
+
+from .. import storage
+from ..errors import ResumeError
+from .naming import MANIFEST_NAME, RUN_FILE, index_group
+
+MAX_JOURNAL_BYTES = 64 << 20  # run.json and progress.json are a few KB (~30 bytes a shard)
+_INDEX_THREADS = 16
+
+# What a change of each input fingerprint means, in the user's words.
+INPUT_CHANGES = {
+    "metadata_sha256": "the metadata files' content changed",
+    "vocab_sha256": "--vocab_file's content changed",
+    "segmenter": "the sentence segmenter (spaCy or its model) changed",
+    "tokenizers": "the tokenizers library changed",
+    "bert_data_version": "bert_data's version changed",
+}
+
+
+def damaged(path: str, what: str) -> ResumeError:
+    return ResumeError(
+        f"--resume: {path} is damaged ({what}); start over with --overwrite (the interrupted run cannot be continued)"
+    )
+
+
+def read_journal(path: str) -> Dict:
+    """A journal file (``run.json``, ``progress.json``, an index entry, a manifest read for
+    resume) as a JSON object, or one line saying it is damaged. A local file is opened only when
+    it is a regular file (a FIFO put there would block the open) of a sane size."""
+    raw = _read_remote(path) if storage.is_remote(path) else _read_local(path)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise damaged(path, "not valid JSON: not UTF-8 text") from None
+    except ValueError as exc:
+        raise damaged(path, f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise damaged(path, "not valid JSON: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise damaged(path, "not a JSON object")
+    return data
+
+
+def _read_local(path: str) -> bytes:
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise damaged(path, "not a regular file")
+        if info.st_size > MAX_JOURNAL_BYTES:
+            raise damaged(path, f"{info.st_size} bytes, far more than a journal holds")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with open(fd, "rb") as handle:
+            return handle.read(MAX_JOURNAL_BYTES + 1)
+    except OSError as exc:
+        raise damaged(path, f"cannot be read: {exc.strerror or exc}") from None
+
+
+def _read_remote(path: str) -> bytes:
+    try:
+        raw = storage.read_bytes(path)
+    except ResumeError:
+        raise
+    except Exception as exc:  # the store's own errors (network, credentials, a missing object)
+        raise damaged(path, f"cannot be read: {exc}") from None
+    if len(raw) > MAX_JOURNAL_BYTES:
+        raise damaged(path, f"{len(raw)} bytes, far more than a journal holds")
+    return raw
+
+
+def short(value: object, most: int = 40) -> str:
+    """``repr(value)`` cut to ``most`` characters (a damaged file may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def whole(value: object) -> bool:
+    """A non-negative integer (JSON true/false are not numbers here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_run_file(previous: Mapping, settings: Mapping, path: str) -> None:
+    """run.json holds every setting of a run and its input fingerprints: a missing one, or
+    fingerprints that are not a mapping of text, is damage, not a changed setting."""
+    missing = sorted(k for k in settings if k not in previous)
+    if missing:
+        raise damaged(path, f"it has no {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    inputs = previous.get("inputs", {})
+    if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
+        raise damaged(path, "inputs is not a mapping of fingerprints")
+
+
+def check_same_inputs(current: Mapping[str, str], previous: object, where: str) -> None:
+    """--resume refuses, naming what changed, when the inputs differ from the earlier run's."""
+    if not isinstance(previous, dict):
+        return  # damage: the run-file check says so
+    changed = [INPUT_CHANGES.get(k, k) for k in sorted(set(current) | set(previous)) if current.get(k) != previous.get(k)]
+    if changed:
+        raise ResumeError(
+            f"--resume refused: {'; '.join(changed)} since the interrupted run ({where}); restore it, or start "
+            f"over with --overwrite"
+        )
+
+
+def check_same_settings(current: Mapping, previous: Mapping, where: str) -> None:
+    """Every setting that shapes the bytes is the same as the earlier run's; else one line
+    naming up to four of them with both values."""
+    differing = sorted(k for k in set(current) | set(previous) if current.get(k) != previous.get(k))
+    if differing:
+        details = ", ".join(
+            f"--{k[:40]} was {short(previous.get(k))}, now {short(current.get(k))}" for k in differing[:4]
+        )
+        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+        raise ResumeError(f"--resume: settings differ from the interrupted run ({where}): {details}{more}")
+
+
+def check_same_run(settings: Mapping, previous: Mapping, where: str, finished: bool = False) -> None:
+    """The one same-run check of every output kind: ``settings`` (``output_settings`` plus
+    ``inputs``) against a ``run.json`` (``finished=False``: its completeness is checked too) or a
+    finished run's manifest (only the keys of ``settings`` are compared). Inputs are compared
+    first, so a changed vocabulary is named as such, for a local and a URL output alike."""
+    check_same_inputs(settings.get("inputs", {}), previous.get("inputs"), where)
+    if finished:
+        previous = {k: previous.get(k) for k in settings}
+    else:
+        check_run_file(previous, settings, where)
+    check_same_settings(settings, previous, where)
+
+
+def resume_point(
+    output_dir: str, work_dir: str, settings: Mapping, started: Callable[[], bool] = lambda: False
+) -> Optional[Dict]:
+    """What ``--resume`` finds in ``output_dir`` (local or a URL): the interrupted run's
+    ``run.json`` (checked to be this run), or None when the output is already complete with these
+    settings (its manifest). Raises :class:`ResumeError` when there is nothing to resume or it is
+    another run. ``started()`` says whether a run began there without writing its ``run.json``."""
+    run_file = storage.join(work_dir, RUN_FILE)
+    if not _exists(run_file):
+        if started():  # killed between making the work directory and its run.json
+            raise damaged(run_file, "missing: the run was stopped before it started")
+        manifest_path = storage.join(output_dir, MANIFEST_NAME)
+        if _exists(manifest_path):  # read like a journal: a damaged one is said as such
+            check_same_run(settings, read_journal(manifest_path), manifest_path, finished=True)
+            return None
+        raise ResumeError(f"--resume: no interrupted run in {output_dir} (nothing to continue); run without --resume")
+    previous = read_journal(run_file)
+    check_same_run(settings, previous, run_file)
+    return previous
+
+
+def _exists(path: str) -> bool:
+    return storage.exists(path) if storage.is_remote(path) else os.path.lexists(path)
+
+
+def check_progress(state: Mapping, shards: Optional[int], path: str) -> None:
+    """The local journal's fields have the types and lengths a resume relies on."""
+    if not whole(state.get("next_group")):
+        raise damaged(path, f"next_group is {short(state.get('next_group'))}, not a group number")
+    for key in ("shard_bytes", "shard_records"):
+        values = state.get(key)
+        if not isinstance(values, list) or len(values) != shards or not all(whole(v) for v in values):
+            raise damaged(path, f"{key} is not {shards} non-negative integers")
+    stats = state.get("stats")
+    if not isinstance(stats, dict) or not all(whole(v) for v in stats.values()):
+        raise damaged(path, "stats is not a mapping of non-negative counters")
+
+
+def load_index(work_dir: str) -> Dict[int, Dict]:
+    """The index entries of the groups a killed URL-output run finished (read in parallel)."""
+    paths = storage.listing(storage.join(work_dir, "index", "g*.json"))
+
+    def load(path: str):
+        group = index_group(path)
+        entry = read_journal(path)
+        if group is None or not isinstance(entry.get("segments"), list) or not isinstance(entry.get("stats"), dict):
+            raise damaged(path, "not a group index")
+        return group, entry
+
+    with ThreadPoolExecutor(max_workers=_INDEX_THREADS) as pool:
+        return dict(pool.map(load, paths))
+
+
+def check_published_files(settings: Mapping, manifest: Mapping, outputs, first_output: str) -> None:
+    """A finished run of BERT-named output files (its hidden manifest) is this run: same settings
+    (but the staging run's metadata file and worker count) and the same ``--output_file`` list."""
+    ignored = {"metadata_files", "num_workers", "inputs"}
+    changed = sorted(k for k, v in settings.items() if k not in ignored and k in manifest and manifest[k] != v)
+    if changed or list(manifest.get("output_files", [])) != list(outputs):
+        what = ", ".join(changed) or "--output_file"
+        raise ResumeError(f"--resume: {first_output} was written with other settings ({what}); run again without --resume")

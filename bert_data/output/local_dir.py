@@ -1,0 +1,309 @@
+"""A local ``--output_dir``: partial shards appended in group order, journaled after each group.
+
+Layout while running (names: :mod:`bert_data.output.naming`)::
+
+    .bert_data_work/run.json                          the run's settings and input fingerprints
+    .bert_data_work/progress.json                     journal: groups appended, shard sizes, counters
+    .bert_data_work/{name}-{i}.tfrecords.partial      shards being assembled
+    .bert_data_work/attempts/PID-NS/fragments/        this attempt's group fragments
+
+The coordinator appends each finished group's fragment to the partial shards strictly in group
+order with kernel-side copies (``os.copy_file_range``), so no record passes through Python twice
+and a shard's bytes depend only on the input, flags and seed. After each group the shards are
+fsynced and the journal written; a resumed run truncates the partial shards back to the journal,
+so a group appended but not journaled is simply made again. Shards are renamed into place only
+when every group is in (:meth:`LocalDirOutput.publish`), the manifest last
+(:meth:`LocalDirOutput.commit`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from ..errors import OutputError, ResumeError, plural
+from ..faults import crash_point
+from ..format.containers import require_concatenation
+from ..format.manifest import load_manifest
+from ..storage import write_json_atomically
+from .fragment import Segment, copy_range
+from .journal import check_progress, damaged, read_journal, resume_point
+from .lock import output_lock
+from .naming import (
+    LOCK_NAME, MANIFEST_NAME, PARTIAL_SUFFIX, PROGRESS_FILE, RUN_FILE, WORK_DIR_NAME, is_shard_of, shard_file_names,
+)
+
+log = logging.getLogger("bert_data")
+
+
+class ShardAssembler:
+    """Appends finished groups' fragments to the partial shards, in group order.
+
+    After every group, :meth:`checkpoint` records the shard sizes in a journal; a resumed
+    run truncates the partial shards back to those sizes, so bytes appended by a group whose
+    checkpoint never happened are discarded and that group is simply made again.
+    """
+
+    def __init__(
+        self, output_dir: str, work_dir: str, final_names: Sequence[str], resume_from: Optional[Mapping] = None
+    ) -> None:
+        self.output_dir = output_dir
+        self.work_dir = work_dir
+        self.final_names = list(final_names)
+        self.partial_paths = [os.path.join(work_dir, n + PARTIAL_SUFFIX) for n in self.final_names]
+        if resume_from is None:
+            self.records_per_shard = [0] * len(self.final_names)
+            self.bytes_per_shard = [0] * len(self.final_names)
+            self._fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for p in self.partial_paths]
+        else:
+            self.records_per_shard = list(resume_from["shard_records"])
+            self.bytes_per_shard = list(resume_from["shard_bytes"])
+            self._fds = []
+            for path, final, size in zip(self.partial_paths, self.final_names, self.bytes_per_shard):
+                published = os.path.join(output_dir, final)
+                if not os.path.exists(path) and os.path.exists(published) and os.path.getsize(published) == size:
+                    os.replace(published, path)  # killed between publishing shards and the manifest
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                if os.fstat(fd).st_size < size:
+                    os.close(fd)
+                    raise OutputError(f"cannot resume: {path} is shorter than its journal says ({size} bytes)")
+                os.ftruncate(fd, size)
+                os.lseek(fd, size, os.SEEK_SET)
+                self._fds.append(fd)
+
+    def checkpoint(self, next_group: int, stats: Mapping[str, int]) -> None:
+        """Journal that every group before ``next_group`` is in the partial shards.
+
+        The shards are flushed to disk first, so the journal never claims bytes that a power
+        loss (not just a killed process) could take back."""
+        for fd in self._fds:
+            os.fsync(fd)
+        write_json_atomically(
+            os.path.join(self.work_dir, PROGRESS_FILE),
+            {
+                "next_group": next_group,
+                "shard_bytes": self.bytes_per_shard,
+                "shard_records": self.records_per_shard,
+                "stats": dict(stats),
+            },
+        )
+
+    def append(self, fragment_path: str, segments: Sequence[Segment]) -> None:
+        src = os.open(fragment_path, os.O_RDONLY)
+        try:
+            for segment in segments:
+                copy_range(src, self._fds[segment.shard], segment.offset, segment.length)
+                self.records_per_shard[segment.shard] += segment.records
+                self.bytes_per_shard[segment.shard] += segment.length
+        finally:
+            os.close(src)
+        os.unlink(fragment_path)
+
+    def publish(self) -> Dict[str, int]:
+        """fsync, close and rename every partial shard to its final name."""
+        for fd in self._fds:
+            os.fsync(fd)
+            os.close(fd)
+        self._fds = []
+        for partial, final in zip(self.partial_paths, self.final_names):
+            os.replace(partial, os.path.join(self.output_dir, final))
+        return dict(zip(self.final_names, self.records_per_shard))
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+def prepare_output_dir(output_dir: str, name: str, overwrite: bool, suffix: str) -> str:
+    """Check/clear the output directory and return a fresh work directory inside it.
+
+    A non-empty directory is an error unless ``overwrite``; then only what a run of ours
+    owns is removed (the manifest first, so nothing half-deleted looks complete), never
+    unrelated files.
+    """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise OutputError(f"--output_dir {output_dir} exists and is not a directory")
+    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
+    if os.path.isdir(output_dir) and [e for e in os.listdir(output_dir) if e != LOCK_NAME]:
+        if not overwrite:
+            if os.path.isdir(work_dir):
+                raise OutputError(
+                    f"--output_dir {output_dir} holds an interrupted run; pass --resume to continue it "
+                    f"or --overwrite to start over"
+                )
+            raise OutputError(
+                f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
+            )
+        manifest = os.path.join(output_dir, MANIFEST_NAME)
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+        for entry in os.listdir(output_dir):
+            if is_shard_of(entry, name, suffix):
+                os.unlink(os.path.join(output_dir, entry))
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        if os.path.exists(work_dir):
+            shutil.rmtree(work_dir)
+        os.makedirs(work_dir)
+    except OSError as exc:
+        raise OutputError(f"--output_dir {output_dir} cannot be written ({exc.strerror})") from None
+    return work_dir
+
+
+def clear_fragments(work_dir: str) -> None:
+    """Drop every fragment of earlier attempts: groups not journaled are simply made again."""
+    for name in ("fragments", "attempts"):
+        path = os.path.join(work_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def load_resume_state(output_dir: str, settings: Mapping, suffix: str) -> Optional[Dict]:
+    """The journal of an interrupted run in ``output_dir``, checked against this run's settings.
+
+    Returns None when the output is already complete (its manifest exists, same settings).
+    Raises :class:`ResumeError` when there is nothing to resume, the settings or inputs differ,
+    or the journal is damaged (truncated, not JSON, fields of the wrong type or length, partial
+    shards shorter than it says): one line naming the file and ``--overwrite``, never a traceback.
+    """
+    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
+    if resume_point(output_dir, work_dir, settings, started=lambda: os.path.lexists(work_dir)) is None:
+        return None
+    progress_path = os.path.join(work_dir, PROGRESS_FILE)
+    shards = settings.get("num_output_files")
+    if os.path.lexists(progress_path):
+        state = read_journal(progress_path)
+        check_progress(state, shards, progress_path)
+        check_partial_shards(output_dir, work_dir, settings.get("name"), state["shard_bytes"], progress_path, suffix)
+    else:
+        state = {"next_group": 0, "shard_bytes": [0] * shards, "shard_records": [0] * shards, "stats": {}}
+    clear_fragments(work_dir)
+    return state
+
+
+def check_partial_shards(
+    output_dir: str, work_dir: str, name: object, shard_bytes: Sequence[int], path: str, suffix: str
+) -> None:
+    """Each partial shard holds at least the bytes the journal says (the resume cuts it back to
+    them); a shorter one was damaged after the journal was written. (A shard already renamed
+    into place by a run killed while publishing counts too: the resume takes it back.)"""
+    if not isinstance(name, str):
+        return  # the settings check has refused this already
+    for final, size in zip(shard_file_names(name, len(shard_bytes), suffix), shard_bytes):
+        partial = os.path.join(work_dir, final + PARTIAL_SUFFIX)
+        published = os.path.join(output_dir, final)
+        try:
+            if os.path.exists(partial):
+                actual = os.path.getsize(partial)
+            else:
+                actual = os.path.getsize(published) if os.path.exists(published) else 0
+                actual = actual if actual == size else 0
+        except OSError:
+            actual = 0
+        if actual < size:
+            raise damaged(path, f"it counts {size} bytes in {final}{PARTIAL_SUFFIX}, which holds {actual}")
+
+
+class LocalDirOutput:
+    """The :class:`~bert_data.output.Output` of a local directory (see the module docstring)."""
+
+    catches = (OSError,)  # what failure() turns into one line
+
+    def __init__(self, config, container) -> None:
+        require_concatenation(container)
+        self.config = config
+        self.container = container
+        self.output_dir = config.output_dir
+        self.work_dir = os.path.join(config.output_dir, WORK_DIR_NAME)
+        self.fragment_dir = ""
+        self.next_group = 0
+        self._assembler: Optional[ShardAssembler] = None
+
+    @property
+    def shard_names(self) -> List[str]:
+        return shard_file_names(self.config.name, self.config.num_output_files, self.container.suffix)
+
+    def lock(self):
+        return output_lock(self.output_dir)  # before --overwrite removes anything
+
+    def prepare(self, settings: Mapping, planned_groups: int) -> Optional[Counter]:
+        """A fresh work directory (or the interrupted run's, checked); the counters so far, or
+        None when the output is already complete with these settings."""
+        config = self.config
+        if config.resume:
+            state = load_resume_state(self.output_dir, settings, self.container.suffix)
+            if state is None:
+                return None
+            self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state)
+            self.next_group = state["next_group"]
+            if self.next_group > planned_groups:  # same inputs and settings plan the same groups: damaged
+                self._assembler.close()
+                raise ResumeError(
+                    f"--resume: {os.path.join(self.work_dir, PROGRESS_FILE)} is damaged (next_group is "
+                    f"{self.next_group}, but this run plans only {plural(planned_groups, 'group')}); start over with "
+                    f"--overwrite (the interrupted run cannot be continued)"
+                )
+            log.info("resuming %s at group %d", self.output_dir, self.next_group)
+            stats = Counter(state["stats"])
+        else:
+            prepare_output_dir(self.output_dir, config.name, config.overwrite, self.container.suffix)
+            write_json_atomically(os.path.join(self.work_dir, RUN_FILE), dict(settings))
+            self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names)
+            stats = Counter()
+        # Each attempt writes fragments into a directory of its own: anything an earlier, killed
+        # attempt left behind (or a worker of it still writing) is never read.
+        self.fragment_dir = os.path.join(self.work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
+        os.makedirs(os.path.join(self.fragment_dir, "fragments"))
+        return stats
+
+    def todo(self, planned: Iterable[Tuple[int, list]]) -> Iterator[Tuple[int, list]]:
+        return (group for group in planned if group[0] >= self.next_group)
+
+    def accept(self, result, stats: Counter) -> None:
+        """Append a finished group (results come in group order) and journal it with the counters."""
+        self._assembler.append(result.fragment_path, result.segments)
+        crash_point("appended", result.group_index)
+        self._assembler.checkpoint(result.group_index + 1, stats)
+        crash_point("checkpointed", result.group_index)
+
+    def publish(self) -> Dict[str, int]:
+        try:
+            return self._assembler.publish()
+        finally:
+            self._assembler.close()
+
+    def commit(self, manifest: Mapping) -> Dict:
+        """The work directory goes, then the manifest is written: the commit point."""
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        write_json_atomically(os.path.join(self.output_dir, MANIFEST_NAME), manifest)
+        return dict(manifest)
+
+    def discard(self) -> None:
+        """Nothing to publish or resume: the corrected rerun starts clean."""
+        self.close()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._assembler is not None:
+            self._assembler.close()
+
+    def finished_manifest(self) -> Dict:
+        return load_manifest(self.output_dir).data
+
+    def failure(self, exc: OSError) -> OutputError:
+        """An OSError while writing, as one line that says how to continue."""
+        where = f" ({exc.filename})" if exc.filename else ""
+        if not os.path.isdir(self.work_dir):
+            return OutputError(
+                f"the work directory {self.work_dir} was removed while the run was writing ({exc.strerror or exc}); "
+                f"nothing was published: start over without --resume"
+            )
+        return OutputError(
+            f"writing to --output_dir {self.output_dir} failed: {exc.strerror or exc}{where}; "
+            f"free space and continue with --resume"
+        )

@@ -1,0 +1,188 @@
+"""A URL ``--output_dir`` (``s3://``, ``gs://``, ``file://``, ... through :mod:`bert_data.storage`).
+
+Object stores cannot append or rename, so a URL output has its own layout (names:
+:mod:`bert_data.output.naming`), the same for the local, Dask and Beam runners::
+
+    {output_dir}/.bert_data_work/run.json                  the run's settings and input fingerprints
+    {output_dir}/.bert_data_work/fragments/gNNNNNNNNN.frag  a group's records, shard-major
+    {output_dir}/.bert_data_work/index/gNNNNNNNNN.json      the group is done: its byte range per
+                                                            shard and its counters (the journal)
+    {output_dir}/{name}-{i}.tfrecords                       shard i: its groups' ranges in group order
+    {output_dir}/data_params.json                           last: the commit point
+
+A worker makes a group into a worker-local fragment and publishes it shard-major in one upload
+(:func:`bert_data.output.fragment.publish_fragment`); the coordinator writes the group's index
+object when the result comes back (:meth:`ObjectStoreOutput.accept`). So a killed run leaves only
+whole fragments and index objects, and ``--resume`` makes just the groups without an index
+object, from any machine. At the end each shard is the concatenation of its groups' ranges in
+group order: byte for byte what the local assembler appends. Only index entries are held in
+memory, never records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+
+from .. import storage
+from ..errors import BertDataError, OutputError
+from ..faults import crash_point
+from ..format.containers import require_concatenation
+from .fragment import copy_runs
+from .journal import load_index, resume_point
+from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, is_shard_of, shard_file_names
+
+log = logging.getLogger("bert_data")
+
+SHARD_THREADS = 4  # shards assembled at once by the coordinator (each reads ahead FETCH_THREADS chunks)
+
+
+def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool, suffix: str) -> str:
+    """:func:`bert_data.output.local_dir.prepare_output_dir` for a URL ``output_dir``: only files
+    a run of ours owns are removed (the manifest first), and only with ``overwrite``."""
+    work_dir = storage.join(output_dir, WORK_DIR_NAME)
+    top = storage.listing(storage.join(output_dir, "*"))
+    work = _work_files(work_dir)
+    if (top or work) and not overwrite:
+        raise OutputError(
+            f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
+        )
+    if overwrite:
+        storage.delete([storage.join(output_dir, MANIFEST_NAME)])
+        storage.delete([p for p in top if is_shard_of(p.rstrip("/").rsplit("/", 1)[-1], name, suffix)])
+        if work:
+            storage.delete(work, only_existing=False)
+    return work_dir
+
+
+def _work_files(work_dir: str) -> List[str]:
+    return [p for sub in ("*", "fragments/*", "index/*") for p in storage.listing(storage.join(work_dir, sub))]
+
+
+def remove_remote_work_dir(work_dir: str) -> None:
+    """Everything a run put under a remote work dir (object stores have no directories)."""
+    try:
+        listed = _work_files(work_dir)
+        if listed:
+            storage.delete(listed, only_existing=False)
+        storage.delete_tree(work_dir)
+    except Exception as exc:  # leftovers cost storage, not correctness: the next run overwrites them
+        log.warning("could not remove %s (%s); delete it by hand", work_dir, exc)
+
+
+def check_remote_writable(output_dir: str) -> None:
+    """A probe object written and deleted under ``output_dir``: a missing package, bad
+    credentials or a read-only bucket are one line before any work, not after the last group."""
+    probe = storage.join(output_dir, f".bert_data_probe-{uuid.uuid4().hex}")
+    try:
+        storage.write_bytes(probe, b"")
+        storage.delete([probe], only_existing=False)
+    except BertDataError:
+        raise
+    except Exception as exc:
+        raise OutputError(f"--output_dir {output_dir} cannot be written ({type(exc).__name__}: {exc})") from None
+
+
+def assemble_shards(output_dir: str, work_dir: str, names: List[str], index: Mapping[int, Mapping]) -> Dict[str, int]:
+    """Every shard from its groups' byte ranges in group order, each published atomically;
+    records per shard name."""
+    runs: Dict[int, List[Tuple[str, int, int]]] = {shard: [] for shard in range(len(names))}
+    records: Counter = Counter()
+    for group_index in sorted(index):
+        for shard, offset, length, count in index[group_index]["segments"]:
+            runs[shard].append((fragment_name(work_dir, group_index, storage.join), offset, length))
+            records[shard] += count
+
+    def write(shard: int) -> None:
+        out, commit = storage.atomic_create(storage.join(output_dir, names[shard]))
+        try:
+            copy_runs(runs[shard], out)
+        finally:
+            out.close()
+        commit()
+
+    with ThreadPoolExecutor(max_workers=SHARD_THREADS) as pool:
+        list(pool.map(write, range(len(names))))
+    return {names[shard]: records[shard] for shard in range(len(names))}
+
+
+class ObjectStoreOutput:
+    """The :class:`~bert_data.output.Output` of a URL (see the module docstring)."""
+
+    catches = (Exception,)  # what failure() turns into one line
+
+    def __init__(self, config, container) -> None:
+        require_concatenation(container)
+        self.config = config
+        self.container = container
+        self.output_dir = config.output_dir
+        self.work_dir = storage.join(config.output_dir, WORK_DIR_NAME)
+        self.fragment_dir = self.work_dir  # workers publish their fragments there, shard-major
+        self.index: Dict[int, Dict] = {}
+
+    @property
+    def shard_names(self) -> List[str]:
+        return shard_file_names(self.config.name, self.config.num_output_files, self.container.suffix)
+
+    def lock(self):
+        import contextlib
+
+        return contextlib.nullcontext()  # no lock on a URL (docs/cluster.md)
+
+    def prepare(self, settings: Mapping, planned_groups: int) -> Optional[Counter]:
+        config = self.config
+        if not config.resume:
+            prepare_remote_output_dir(self.output_dir, config.name, config.overwrite, self.container.suffix)
+            storage.write_json_atomically(storage.join(self.work_dir, RUN_FILE), dict(settings))
+            return Counter()
+        if resume_point(self.output_dir, self.work_dir, settings) is None:
+            return None
+        self.index = load_index(self.work_dir)
+        stats: Counter = Counter()
+        for entry in self.index.values():
+            stats.update(entry["stats"])
+        if self.index:
+            log.info("resuming %s: %d of %d groups are done", self.output_dir, len(self.index), planned_groups)
+        return stats
+
+    def todo(self, planned: Iterable[Tuple[int, list]]) -> Iterator[Tuple[int, list]]:
+        done = set(self.index)
+        return (group for group in planned if group[0] not in done)
+
+    def accept(self, result, stats: Counter) -> None:
+        """The group's index object: its byte range per shard and its own counters."""
+        entry = {"segments": [[s.shard, s.offset, s.length, s.records] for s in result.segments],
+                 "stats": dict(result.stats)}
+        storage.write_bytes(index_name(self.work_dir, result.group_index, storage.join), json.dumps(entry).encode("utf-8"))
+        crash_point("indexed", result.group_index)
+        self.index[result.group_index] = entry
+
+    def publish(self) -> Dict[str, int]:
+        return assemble_shards(self.output_dir, self.work_dir, self.shard_names, self.index)
+
+    def commit(self, manifest: Mapping) -> Dict:
+        remove_remote_work_dir(self.work_dir)
+        storage.write_json_atomically(storage.join(self.output_dir, MANIFEST_NAME), manifest)  # the commit point
+        return dict(manifest)
+
+    def discard(self) -> None:
+        remove_remote_work_dir(self.work_dir)  # nothing to resume: the corrected rerun starts clean
+
+    def close(self) -> None:
+        pass
+
+    def finished_manifest(self) -> Dict:
+        return json.loads(storage.read_bytes(storage.join(self.output_dir, MANIFEST_NAME)))
+
+    def failure(self, exc: Exception) -> OutputError:
+        """A failure of the store (network, credentials, quota, a fragment missing because a
+        worker wrote to another file system) as one line; what is done stays, for ``--resume``."""
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        return OutputError(
+            f"reading or writing --output_dir {self.output_dir} failed ({type(exc).__name__}: {detail}); every worker "
+            f"must reach that URL; nothing was published: continue with --resume (same flags)"
+        )

@@ -1,0 +1,233 @@
+"""YAML presets, and how settings from outside become a :class:`~bert_data.config.Config`.
+
+``--config`` names a shipped preset or a YAML file (:func:`resolve_config`); the file is read
+with limits and a strict loader, and every key and value is checked against the Config's fields
+(:func:`load_yaml_config`). :func:`build_config` merges dataclass defaults < preset < explicit
+flags and validates the result once (:func:`bert_data.config.validate`); :func:`effective_yaml`
+writes a Config back as a preset (``--print_config``). The Config itself and its rules are
+:mod:`bert_data.config`'s, which does not import this module.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .config import FIELD_NAMES, ZERO_MEANS, Config, short_repr, validate, value_problem
+from .errors import ConfigError
+
+MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines; a larger file is not one
+PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")  # package data
+INTERNAL_SETTINGS = frozenset({"split_role"})  # set by the runner for each half of a split job, never by users
+COMMAND_LINE_ONLY = frozenset({"config", "log_level", "quiet", "print_config"})  # flags that are not settings
+
+
+def preset_names() -> Tuple[str, ...]:
+    """The presets shipped with the package (``--config NAME``), sorted."""
+    try:
+        names = os.listdir(PRESETS_DIR)
+    except OSError:
+        return ()
+    return tuple(sorted(n[: -len(".yaml")] for n in names if n.endswith(".yaml")))
+
+
+def resolve_config(value: str) -> str:
+    """``--config``: a path to a YAML file, or the name of a shipped preset (``bert_base_msl128``,
+    with or without ``.yaml``). An existing path wins over a preset of the same name."""
+    if value and os.path.lexists(value):
+        return value
+    presets = preset_names()
+    stem = os.path.basename(value)
+    for suffix in (".yaml", ".yml"):
+        stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
+    if value and "/" not in value and stem in presets:
+        return os.path.join(PRESETS_DIR, stem + ".yaml")
+    if stem in presets:
+        hint = f"; did you mean the preset {stem} (--config {stem})?"
+    else:
+        hint = f"; give a YAML file or a preset: {', '.join(presets)}" if presets else "; give a YAML file"
+    raise ConfigError(f"--config {short_repr(value)}: no such file, and no preset of that name{hint}")
+
+
+def _read_config_text(path: str) -> str:
+    """The preset's text: a regular file (never a FIFO or device: they could block or never end)
+    of at most ``MAX_CONFIG_BYTES``, in UTF-8."""
+    import stat as stat_module
+
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    if not stat_module.S_ISREG(info.st_mode):
+        raise ConfigError(f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--config {path}: {info.st_size} bytes, more than a preset can be ({MAX_CONFIG_BYTES})")
+    try:
+        # O_NONBLOCK: had the path been swapped for a FIFO since the stat, the open must not block
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as handle:
+            if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ConfigError(f"--config {path}: not a regular file (a directory, FIFO or device); give a YAML file")
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--config {path}: more than {MAX_CONFIG_BYTES} bytes, more than a preset can be")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"--config {path}: not UTF-8 text (line {line}); save it as UTF-8") from None
+
+
+def _strict_loader():
+    """yaml.SafeLoader refusing anchors and aliases (a preset never needs them, and they make
+    a few bytes expand to gigabytes: the billion laughs), merge keys (``<<``) and a key given
+    twice (PyYAML would silently keep the last one)."""
+    import yaml
+    from yaml.composer import ComposerError
+    from yaml.constructor import ConstructorError
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):  # type: ignore[override]
+            event = self.peek_event()
+            if self.check_event(yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ComposerError(None, None, "anchors and aliases (& and *) are not allowed", event.start_mark)
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node, deep=False):  # type: ignore[override]
+            seen: Dict[str, int] = {}
+            for key_node, _ in getattr(node, "value", ()):
+                line = key_node.start_mark.line + 1
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise ConstructorError(None, None, "merge keys (<<) are not allowed", key_node.start_mark)
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in seen:
+                        raise ConstructorError(
+                            None, None, f"{key_node.value} is given twice (lines {seen[key_node.value]} and {line}); "
+                            "keep one", key_node.start_mark,
+                        )
+                    seen[key_node.value] = line
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
+def _yaml_problem(exc: BaseException) -> str:
+    """One line saying what is wrong in a YAML text, with the line when known."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem:
+        problem = problem.rstrip(".")
+        context = getattr(exc, "context", None)
+        if context and problem.startswith("but "):  # "expected a single document ... but found another"
+            problem = f"{context} {problem}"
+        return f"{problem}, line {mark.line + 1}" if mark is not None and "line" not in problem else problem
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return text.split(";")[0]
+
+
+def load_yaml_config(path: str) -> Dict[str, Any]:
+    """Read a YAML preset; unknown keys and values of the wrong type are errors naming the key
+    and the file (catches typos early)."""
+    import difflib
+
+    import yaml
+
+    text = _read_config_text(path)
+    try:
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # ValueError: an integer of more than 4300 digits; RecursionError: [[[[...]]]] nested too deeply
+        raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    settable = [n for n in FIELD_NAMES if n not in INTERNAL_SETTINGS]
+    for key in data:
+        if key in settable:
+            continue
+        if key in INTERNAL_SETTINGS:
+            raise ConfigError(f"--config {path}: {key} is set by create_tfrecords itself, not by a preset; drop it")
+        if key in COMMAND_LINE_ONLY:
+            raise ConfigError(f"--config {path}: {key} is a command-line flag only, not a setting; give --{key} instead")
+        close = difflib.get_close_matches(str(key), settable, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else " (the keys are the flag names, without --)"
+        raise ConfigError(f"--config {path}: unknown setting {short_repr(key, 40)}{hint}")
+    for key, value in data.items():
+        problem = value_problem(key, value)
+        if problem:
+            raise ConfigError(f"--config {path}: {key}: {problem}")
+    return data
+
+
+def build_config(
+    overrides: Mapping[str, Any],
+    config_file: Optional[str] = None,
+    base: Optional[Config] = None,
+    require_inputs: bool = True,
+) -> Config:
+    """defaults < YAML preset < explicit overrides (entries whose value is None are ignored).
+
+    ``config_file`` is a path or the name of a shipped preset (:func:`resolve_config`);
+    ``require_inputs=False`` (``--print_config``) lets --metadata_files / --vocab_file be absent."""
+    values: Dict[str, Any] = {}
+    if config_file is not None:
+        values.update(load_yaml_config(resolve_config(config_file)))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(values) - set(FIELD_NAMES))
+    if unknown:
+        raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    values = {k: _coerce(k, v) for k, v in values.items()}
+    config = base.replace(**values) if base is not None else Config(**values)  # dependent defaults see the final values
+    if config.disable_masking and config.unmasked_format == "tokens" and config.dupe_factor != 1:
+        import logging
+
+        logging.getLogger("bert_data").warning(
+            "--disable_masking writes each window once, as the Model Zoo does (masks are drawn by the reader): "
+            "--dupe_factor %s is taken as 1", config.dupe_factor)
+        config = config.replace(dupe_factor=1)
+    validate(config, require_inputs=require_inputs)
+    return config
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Normalise a value from YAML or flags to the dataclass field's type."""
+    if name in ("metadata_files", "validation_metadata_files"):
+        if isinstance(value, str):
+            return (value,)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"--{name} must be a path or a list of paths, got {short_repr(value)}")
+        return tuple(value)
+    if name in ZERO_MEANS and isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+        return ZERO_MEANS[name]  # the Model Zoo's spellings: 0 (or less) means "all files" / "one file"
+    if name == "multiple_docs_separator" and isinstance(value, str) and "\\" in value:
+        # Shell users write '\n' literally; honour the usual escapes.
+        try:
+            return value.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"--multiple_docs_separator {short_repr(value)} has a bad escape ({exc.reason}); write \\n, \\t, \\\\ "
+                f"(a backslash) or \\uXXXX"
+            ) from None
+    return value
+
+
+def escape_separator(value: str) -> str:
+    """The inverse of the separator's escape decoding (for --print_config): backslashes and
+    unprintable characters written as escapes, so the printed preset reads back the same."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if c == "\\" or not c.isprintable() else c for c in value)
+
+
+def effective_yaml(config: Config, source: str = "") -> str:
+    """The settings of ``config`` as a YAML preset (``--print_config``): given back to ``--config``
+    it makes the same Config (the separator is written with its escapes)."""
+    import yaml
+
+    data = {k: v for k, v in config.to_json().items() if k not in INTERNAL_SETTINGS}
+    data["multiple_docs_separator"] = escape_separator(config.multiple_docs_separator)
+    header = f"# create_tfrecords effective settings: defaults < {source or 'no --config'} < flags\n"
+    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=1 << 16)

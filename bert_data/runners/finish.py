@@ -1,0 +1,100 @@
+"""The one finish/commit sequence of every runner and every output.
+
+:func:`finish` is called by the coordinator (:mod:`bert_data.runners.job`: the process pool, Dask,
+BERT's named files) and by Beam's last step (:func:`bert_data.runners.beam.finalize`) alike:
+
+    nothing usable?  -> everything of the run discarded, one line, exit 2 (nothing published)
+    publish          -> every shard in place under its final name
+    manifest         -> built from the summed counters (:func:`bert_data.format.manifest.build_manifest`)
+    commit           -> work directory removed, then the manifest written: the commit point
+
+:func:`quality_warnings` is what a finished run says on the console besides the manifest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Dict, List, Mapping
+
+from ..config import Config
+from ..errors import NothingUsableError, plural
+from ..faults import crash_point
+from ..format.manifest import VocabIdentity, build_manifest
+from ..metadata import MetadataSummary
+
+
+def finish(
+    output: Output, *, config: Config, stats: Counter, summary: MetadataSummary, vocab: VocabIdentity,
+    inputs: Mapping[str, str],
+) -> Dict:
+    """The one finish/commit sequence of every runner and output: a run that made nothing
+    publishes nothing (its work is discarded: the corrected rerun starts clean) and is one line,
+    exit 2; else the shards are published, the manifest is built from the counters and written
+    last, after the work directory is gone."""
+    if not stats["instances"]:
+        output.discard()
+        raise NothingUsableError(nothing_usable(stats))
+    per_shard = output.publish()
+    crash_point("published", 0)
+    manifest = build_manifest(config.to_json(), stats, per_shard, summary, vocab)
+    manifest["inputs"] = dict(inputs)  # what --resume of a finished run checks
+    return output.commit(manifest)  # the manifest as published
+
+
+def nothing_usable(stats: Counter) -> str:
+    skipped = {k.split(".", 1)[1]: v for k, v in sorted(stats.items()) if k.startswith("skipped.") and v}
+    reasons = ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
+    read, used = stats["documents.read"], stats["documents.used"]
+    if not read and stats["wikiextractor_lines_outside_doc"]:
+        return (f"no <doc ...> block found: {plural(stats['wikiextractor_lines_outside_doc'], 'non-blank line')} outside any "
+                f"(--input_format wikiextractor reads WikiExtractor's output); for plain text pass --input_format text; "
+                f"nothing was published")
+    if not used:
+        return f"no usable document: {plural(read, 'document')} read, all skipped ({reasons}); nothing was published"
+    unpaired = stats["nsp_negatives_unavailable"] + stats["sop_single_segment_chunks"]
+    return (
+        f"no instance could be made from the {plural(used, 'usable document')} ({plural(unpaired, 'one-sentence chunk')} had no "
+        f"partner; skipped: {reasons}); give more or longer documents per group (--split_num); nothing was published"
+    )
+
+
+def keep_worst(stats: Counter, prefix: str, keep: int) -> None:
+    """Only the ``keep`` largest ``prefix*`` counters stay (the journal stays small)."""
+    keys = sorted((k for k in stats if k.startswith(prefix)), key=lambda k: -stats[k])
+    for key in keys[keep:]:
+        del stats[key]
+
+
+UNK_WARNING_RATE = 0.05  # above this share of [UNK] tokens the run warns: probably the wrong vocabulary
+
+
+def quality_warnings(stats: Counter, manifest: Dict) -> List[str]:
+    """What a finished run must say on the console, not only in the manifest."""
+    out = []
+    replaced = manifest.get("replaced_bytes", 0)
+    if replaced:
+        worst = sorted(((k.split(".", 1)[1], v) for k, v in stats.items() if k.startswith("replaced_in.")),
+                       key=lambda kv: -kv[1])[:3]
+        files = ", ".join(f"{path} ({n})" for path, n in worst)
+        out.append(
+            f"{plural(replaced, 'byte')} that are not valid {manifest.get('input_encoding', 'utf-8')} were replaced with U+FFFD "
+            f"(worst: {files}); if the corpus is in another encoding pass --input_encoding (e.g. latin-1, cp1252)"
+        )
+    if manifest.get("unk_rate", 0.0) > UNK_WARNING_RATE:
+        out.append(
+            f"{manifest['unk_rate']:.1%} of all tokens are [UNK] (more than {UNK_WARNING_RATE:.0%}): check that "
+            f"--vocab_file fits the corpus and that --do_lower_case matches it (uncased vocabularies need it)"
+        )
+    outside = manifest.get("wikiextractor_lines_outside_doc", 0)
+    if outside:
+        out.append(
+            f"{plural(outside, 'non-blank line')} outside <doc ...> ... </doc> blocks were not read (counted as "
+            f"wikiextractor_lines_outside_doc): are all listed files WikiExtractor output? Plain text needs --input_format text"
+        )
+    empty = [name for name, count in manifest.get("instances_per_shard", {}).items() if count == 0]
+    if empty:
+        out.append(
+            f"{len(empty)} of {len(manifest['instances_per_shard'])} shards are empty (only {manifest['n_examples']} "
+            f"instances): lower --num_output_files"
+        )
+    return out

@@ -1,0 +1,176 @@
+"""The one coordinator: plan a job, run its groups, hand the results to its output, finish.
+
+Every runner and every output goes through this module:
+
+* WHO makes the groups is a row of :data:`GROUP_RUNNERS` (``local``: this machine, in-process or
+  a process pool; ``dask``: a dask.distributed cluster), each with the same contract: the
+  planned groups in, their :class:`~bert_data.runners.worker.GroupResult` out, in group order.
+  ``--runner beam`` is its own driver (:mod:`bert_data.runners.beam`: Beam schedules the groups
+  and writes the shards) but finishes through :func:`finish` like the others;
+* WHERE the bytes go is an :class:`~bert_data.output.Output` (a local directory, a URL, BERT's
+  named files), opened once from the settings;
+* :func:`finish` is the one finish/commit sequence: nothing usable -> exit 2 with nothing
+  published; shards published; manifest built from the counters; work directory removed and the
+  manifest written last (the commit point); quality warnings on the console.
+
+The metadata is read once: the scan checks every entry and plans the groups into a spool file,
+which the run then reads. With ``--validation_fraction`` or ``--validation_metadata_files`` a job
+is two runs (train, validation) of one plan each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from typing import Callable, Dict, Optional, Sequence
+
+from ..config import Config, output_settings
+from ..errors import BertDataError
+from ..format.manifest import MANIFEST_NAME, VocabIdentity
+from ..metadata import MetadataSummary
+from ..output.outputs import Output, open_output
+from ..output.lock import output_lock
+from ..output.named_files import NamedFiles, already_published
+from ..output.naming import WORK_DIR_NAME
+from ..storage import exists as storage_exists, is_remote, join as storage_join
+from .dask import dask_session, run_groups_dask
+from .finish import finish, keep_worst, quality_warnings
+from .plan import PLAN_PREFIX, plan, planned_groups, remove_stale_plans, split_configs
+from .pool import run_groups
+from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
+from .worker import GroupResult
+
+log = logging.getLogger("bert_data")
+
+ProgressCallback = Callable[[GroupResult], None]
+
+# WHO makes the groups: runner name -> (groups -> results in group order, the session it needs
+# around the job). Each has run_groups' signature: (config, groups, work_dir, bytes_read).
+GROUP_RUNNERS = {
+    "local": (run_groups, lambda config: contextlib.nullcontext()),
+    "dask": (run_groups_dask, dask_session),
+}
+
+
+def run_job(
+    config: Config,
+    on_group: Optional[ProgressCallback] = None,
+    on_start: Optional[Callable[..., None]] = None,
+    *,
+    named: Optional[NamedFiles] = None,
+    pipeline_args: Sequence[str] = (),
+) -> Dict[str, Dict]:
+    """Run every output of the job (one, or train + validation); manifests by split name. The
+    start-up checks run once, before either half is touched. ``named``: write BERT's named output
+    files (``config.output_dir`` is then their staging directory). ``--runner beam`` runs the
+    whole job as a Beam pipeline with ``pipeline_args``."""
+    if config.runner == "beam":
+        from .beam import run_beam  # Beam's driver; imported only when asked for (a heavy, optional extra)
+
+        return {"": run_beam(config, pipeline_args)}
+    if named is not None:
+        published = already_published(config, named)
+        if published is not None:
+            return {"": published}
+    startup = startup_checks(config)
+    parts = split_configs(config)
+    lock = output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext()
+    with lock, _cluster_session(config):
+        return {
+            name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup, named=named)
+            for name, part in parts.items()
+        }
+
+
+def _resumable(part: Config, parts: int) -> Config:
+    """``--resume`` of a train/validation job killed before its second half began: that half
+    has nothing to resume yet, so it simply starts (the pair is always complete or resumable)."""
+    if parts > 1 and part.resume:
+        started = storage_exists(storage_join(part.output_dir, WORK_DIR_NAME)) or storage_exists(
+            storage_join(part.output_dir, MANIFEST_NAME)
+        )
+        if not started:
+            return part.replace(resume=False)
+    return part
+
+
+def run(
+    config: Config,
+    on_group: Optional[ProgressCallback] = None,
+    on_start: Optional[Callable[..., None]] = None,
+    startup: Optional[StartupInfo] = None,
+    *,
+    named: Optional[NamedFiles] = None,
+) -> Dict:
+    """Run one output's job; returns the manifest that was written.
+
+    ``on_start`` gets the :class:`MetadataSummary` and a live count of input bytes read
+    (``.value``), ``on_group`` every :class:`GroupResult` in order. Crash safety is the output's
+    (journal after each group, shards renamed at the end, manifest last): a killed run is
+    continued with ``--resume`` to byte-identical output.
+    """
+    vocab = (startup or startup_checks(config)).vocab
+    if not is_remote(config.output_dir):
+        ensure_open_files(config)  # every partial shard is an open file of the coordinator
+    with _cluster_session(config):
+        return _run(config, vocab, on_group, on_start, named)
+
+
+def _cluster_session(config: Config):
+    """A Dask run connects to its cluster while the metadata is scanned (:func:`dask_session`)."""
+    return GROUP_RUNNERS[config.runner][1](config)
+
+
+def _run(config: Config, vocab: Dict[str, int], on_group: Optional[ProgressCallback], on_start, named) -> Dict:
+    remove_stale_plans()
+    with tempfile.TemporaryDirectory(prefix=f"{PLAN_PREFIX}{os.getpid()}_") as plan_dir:
+        spool_path = os.path.join(plan_dir, "groups.jsonl")
+        summary = plan(config, spool_path)
+        space = disk_space_warning(config, summary.total_bytes)
+        if space:
+            log.warning(space)
+        import multiprocessing
+
+        bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)
+        if on_start is not None:  # the MetadataSummary (entries, total_bytes, groups) before any group runs
+            on_start(summary, bytes_read)
+        output = open_output(config, named=named)
+        with output.lock():
+            return _run_planned(config, output, spool_path, summary, len(vocab), on_group, bytes_read)
+
+
+def _run_planned(
+    config: Config, output: Output, spool_path: str, summary: MetadataSummary, vocab_size: int,
+    on_group: Optional[ProgressCallback], bytes_read,
+) -> Dict:
+    inputs = input_fingerprints(config, summary, config.vocab_file)
+    try:
+        stats = output.prepare(dict(output_settings(config), inputs=inputs), summary.groups)
+        if stats is None:
+            log.info("%s is already complete: nothing to resume", config.output_dir)
+            return output.finished_manifest()
+        bytes_read.value = stats["input_bytes"]  # what the groups journaled before a resume had read
+        runner = GROUP_RUNNERS[config.runner][0]
+        todo = output.todo(planned_groups(config, spool_path))
+        # closing(): on any exception here (Ctrl-C while appending, say) the workers are stopped
+        # now, not whenever the generator happens to be collected (at exit, after the semaphores)
+        with contextlib.closing(runner(config, todo, output.fragment_dir, bytes_read)) as results:
+            for result in results:
+                stats.update(result.stats)
+                keep_worst(stats, "replaced_in.", 10)
+                output.accept(result, stats)
+                if on_group is not None:
+                    on_group(result)
+        vocab = VocabIdentity(os.path.abspath(config.vocab_file), inputs["vocab_sha256"], vocab_size)  # hashed once
+        manifest = finish(output, config=config, stats=stats, summary=summary, vocab=vocab, inputs=inputs)
+    except (BertDataError, KeyboardInterrupt):
+        raise
+    except output.catches as exc:
+        raise output.failure(exc) from None
+    finally:
+        output.close()
+    for warning in quality_warnings(stats, manifest):
+        log.warning(warning)
+    return manifest

@@ -1,0 +1,103 @@
+"""The plan of a run: its metadata scanned once into a spool of groups, and a job's halves.
+
+The scan (:func:`bert_data.metadata.scan_metadata`) checks every listed document and plans the
+groups (:func:`bert_data.group.group_plan`) into a spool file, one line per group, which the
+run then reads (:func:`planned_groups`): the plan is never held in memory. A job with
+``--validation_fraction`` or ``--validation_metadata_files`` is two runs
+(:func:`split_configs`), each planning only its half's documents (:func:`split_selector`).
+Every runner, Beam's driver included, plans this way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Dict, Iterator, List, Tuple
+
+from ..config import Config
+from ..group import group_plan
+from ..metadata import MetadataSummary, WorkItem, decode_group, encode_group, iter_metadata, scan_metadata, split_hash
+from ..storage import join as storage_join, open_metadata
+
+
+def split_configs(config: Config) -> Dict[str, Config]:
+    """One config per output: the run itself, or its train and validation halves.
+
+    With ``--validation_fraction F`` a document goes to validation when the seeded hash of its
+    metadata entry (as written, the same hash ``split_metadata --seed`` uses) is below F, so the
+    split is decided before any instance exists: no NSP negative or duplicate crosses it, and a
+    document keeps its side when others are added. With ``--validation_metadata_files`` those
+    documents are the validation set and are excluded from train.
+    """
+    if not (config.validation_fraction or config.validation_metadata_files) or config.split_role:
+        return {"": config}
+    train = config.replace(output_dir=storage_join(config.output_dir, "train"), split_role="train")
+    validation = config.replace(output_dir=storage_join(config.output_dir, "validation"), split_role="validation")
+    if config.validation_metadata_files:
+        validation = validation.replace(metadata_files=config.validation_metadata_files)
+    return {"train": train, "validation": validation}
+
+
+def split_selector(config: Config):
+    """(predicate choosing this half's documents, message when none is chosen), or (None, "")."""
+    if not config.split_role:
+        return None, ""
+    role = config.split_role
+    if config.validation_fraction:
+        fraction, seed = config.validation_fraction, config.seed
+        want_validation = role == "validation"
+        hint = (
+            f"--validation_fraction {fraction} leaves no document on the {role} side; "
+            f"{'raise' if want_validation else 'lower'} it"
+        )
+        return (lambda source: (split_hash(source.entry, seed) < fraction) == want_validation), hint
+    if role == "train":
+        # The validation list is usually small: hold its paths to keep them out of train.
+        held_out = {
+            os.path.normpath(s.path) for s in iter_metadata(config.validation_metadata_files, config.input_files_prefix)
+        }
+        hint = "every document listed in --metadata_files is also in --validation_metadata_files: train is empty"
+        return (lambda source: os.path.normpath(source.path) not in held_out), hint
+    return None, ""
+
+
+PLAN_PREFIX = "bert_data_plan_"
+
+
+def remove_stale_plans() -> None:
+    """The plan spools (temp dirs named with their run's pid) of runs killed with SIGKILL, which
+    could not clean up: removed when that process is gone, so they do not pile up in /tmp."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(PLAN_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PLAN_PREFIX):].split("_", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or reused by another process: left alone)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:
+            continue  # another user's process: not ours to judge
+
+
+def plan(config: Config, spool_path: str) -> MetadataSummary:
+    """Scan the metadata once, writing the planned groups to ``spool_path``."""
+    select, empty_hint = split_selector(config)
+    metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
+    with open(spool_path, "w", encoding="ascii") as spool:
+        return scan_metadata(
+            config.metadata_files, config.input_files_prefix, select, empty_hint, plan=group_plan(config),
+            on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"), opener=open_metadata,
+        )
+
+
+def planned_groups(config: Config, spool_path: str) -> Iterator[Tuple[int, List[WorkItem]]]:
+    with open(spool_path, encoding="ascii") as spool:
+        for line in spool:
+            yield decode_group(line, config.metadata_files)

@@ -1,0 +1,56 @@
+"""What the console scripts share on a command line: an echoed value cut short, ``--log_level``
+read as a number, stdout's reader going away (``| head``), and the progress bar shown on a
+terminal only. Each tool keeps its own parser and messages; this is the one home of the helpers
+more than one of them uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Optional, TextIO
+
+__all__ = ["clip", "resolve_log_level", "drop_stdout", "terminal_bar"]
+
+
+def clip(text: str, most: int = 60) -> str:
+    """A value echoed in an error, cut to ``most`` characters (the line stays one short line)."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def resolve_log_level(name: Optional[str], quiet: bool) -> Optional[int]:
+    """--log_level as a number (names case-insensitive, or an integer); None when unknown."""
+    if name is None:
+        return logging.WARNING if quiet else logging.INFO
+    if name.strip().isdigit():
+        return int(name)
+    level = logging.getLevelName(name.strip().upper())
+    return level if isinstance(level, int) else None
+
+
+def drop_stdout() -> None:
+    """stdout's reader went away (``| head``): send the rest to /dev/null, so that neither this
+    write nor the flush at exit becomes a traceback."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def terminal_bar(
+    description: str, total: Optional[int], unit: str = "B", quiet: bool = False, stream: Optional[TextIO] = None
+) -> Optional[Any]:
+    """A tqdm bar on ``stream`` (stderr) when it is a terminal and not ``quiet``, else None.
+
+    With ``unit="B"`` counts are shown as KiB/MiB with the rate; the bar is removed when closed,
+    so stdout's final report is all that stays on screen."""
+    from ..progress import progress_enabled
+
+    stream = sys.stderr if stream is None else stream
+    if not progress_enabled(stream, quiet):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total or None, desc=description, unit=unit, unit_scale=True, unit_divisor=1024 if unit == "B" else 1000,
+        file=stream, dynamic_ncols=True, mininterval=0.5, leave=False,
+    )
