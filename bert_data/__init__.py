@@ -5,10 +5,11 @@ light (no TensorFlow, spaCy or tokenizers until a name that needs one is used)::
 
     from bert_data import pretraining_dataset, FullTokenizer, build_config, run
 
-Layout (see ``docs/architecture.md``): the pipeline's stages are modules in this package in the
-order data flows (``metadata``, ``documents``, ``sentences``, ``tokenization``, ``instances``,
-``masking``, ``windows``, ``group``, ``writer``, ``storage``); file formats are in ``format/``,
-schedulers in ``runners/``, the tf.data reader in ``reader/`` and console scripts in ``tools/``.
+Layout (see ``docs/architecture.md``): WHAT is computed is the pipeline's stages, modules of this
+package in the order data flows (``metadata``, ``documents``, ``sentences``, ``tokenization``,
+``instances``, ``windows``, ``masking``), ``group`` and ``objectives``; what bytes mean is in
+``format/``, WHERE they go in ``output/``, WHO runs groups in ``runners/``; the tf.data reader is
+in ``reader/``, ``inspect_tfrecords`` in ``inspection/`` and console scripts in ``tools/``.
 """
 
 from typing import Any

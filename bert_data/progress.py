@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any, Callable, List, Mapping, Optional, TextIO
 
+from .output.naming import shard_glob
+
 __all__ = ["RunProgress", "format_postfix", "progress_enabled", "run_summary"]
 
 REFRESH_SECONDS = 0.5  # how often the bar follows the live byte counter
@@ -218,7 +220,7 @@ def _join(directory: str, name: str) -> str:
 def _next_steps(manifest: Any) -> str:
     """The next commands: check the records, then feed them to training."""
     directory = str(manifest["output_dir"])
-    pattern = _join(directory, f"{manifest.get('name', 'examples')}-*.tfrecords")
+    pattern = _join(directory, shard_glob(str(manifest.get("name", "examples"))))
     check = f"`inspect_tfrecords {directory} --stats`"
     if "://" in directory:  # inspect reads local paths
         check = "`inspect_tfrecords DIR --stats` on a local copy DIR of data_params.json and some or all shards"

@@ -1,5 +1,7 @@
 """Reading whole batches of records at once, for ``inspect_tfrecords --stats``
-(:mod:`bert_data.inspection.stats`): framing and decoding without per-record Python.
+(:mod:`bert_data.inspection.stats`): framing and decoding without per-record Python. (Over 600
+lines on purpose: one concern, the batch decoder, whose numpy reference and C dispatch must be
+read side by side; the pieces are not useful apart.)
 
 * :func:`iter_record_batches` is :func:`~bert_data.format.tfrecord.iter_records` for a whole
   batch at once: frames cut apart by a loop that does little more than follow the lengths.

@@ -20,9 +20,8 @@ from __future__ import annotations
 import gzip
 from typing import Dict, Sequence, Type
 
+from ..output.naming import TFRECORD_SUFFIX
 from .tfrecord import frame_records
-
-TFRECORD_SUFFIX = ".tfrecords"
 
 
 class TFRecordContainer:
@@ -51,6 +50,11 @@ CONTAINERS: Dict[str, Type[TFRecordContainer]] = {"tfrecord": TFRecordContainer}
 
 def container_for(output_format: str = "tfrecord", compression: str = "none") -> TFRecordContainer:
     return CONTAINERS[output_format](compression)
+
+
+def container_of(config) -> TFRecordContainer:
+    """The container a run writes (every run writes TFRecords today; ``--compression``)."""
+    return container_for("tfrecord", config.compression)
 
 
 class NotConcatenableError(RuntimeError):

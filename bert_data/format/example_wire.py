@@ -1,7 +1,7 @@
 """``tf.train.Example`` wire bytes of single records, both directions, without TensorFlow or protobuf.
 
-Writer side (hot path, used by the writer's worker processes, :mod:`bert_data.writer` and
-:mod:`bert_data.group`, which must never import TensorFlow):
+Writer side (hot path, used by the writer's worker processes, :mod:`bert_data.format.encoders`
+and :mod:`bert_data.runners.worker`, which must never import TensorFlow):
 
 * :func:`serialize_examples` encodes a whole batch of fixed-length features into
   ``tf.train.Example`` protobuf messages with vectorised numpy code. The bytes equal

@@ -2,7 +2,7 @@
 
 * :func:`frame_records` wraps payloads in TFRecord frames (length, masked CRC32C of the
   length, data, masked CRC32C of the data), byte-identical to ``tf.io.TFRecordWriter``. Used by
-  the writer (:mod:`bert_data.writer`) on its hot path, in worker processes that must never
+  the TFRecord container (:mod:`bert_data.format.containers`) on the writer's hot path, in worker processes that must never
   import TensorFlow.
 * :func:`iter_records` streams payloads back out of a plain or GZIP TFRecord file, verifying
   both CRCs (``inspect_tfrecords``' record printer, tests).

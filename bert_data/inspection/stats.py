@@ -32,13 +32,6 @@ __all__ = [
     "Inspection",
     "inspect_files",
     "inspect_stats",
-    # defined in .file_stats, and still importable from here
-    "MAX_REASONS",
-    "Accumulator",
-    "FileResult",
-    "Progress",
-    "keep_freed_memory",
-    "read_file",
 ]
 
 

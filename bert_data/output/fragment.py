@@ -41,7 +41,7 @@ class Segment:
     records: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FragmentWriter:
     """Writes one group's fragment file (temp name, renamed when complete). ``encoder`` turns a
     batch of features into payloads (:mod:`bert_data.format.encoders`), ``container`` frames a

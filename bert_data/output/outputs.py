@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Dict, Iterable, Iterator, Mapping, Optional, Protocol, Tuple
 
 from .. import storage
-from ..format.containers import container_for
+from ..format.containers import container_of
 from .local_dir import LocalDirOutput
 from .named_files import NamedFiles, NamedFilesOutput
 from .object_store import ObjectStoreOutput
@@ -49,7 +49,7 @@ def output_kind(output_dir: str, named: Optional[NamedFiles] = None) -> str:
 
 def open_output(config, *, named: Optional[NamedFiles] = None) -> Output:
     """The output of ``config``: chosen by ``--output_dir``'s scheme, or the named files."""
-    container = container_for("tfrecord", config.compression)
+    container = container_of(config)
     kind = output_kind(config.output_dir, named)
     if kind == "named_files":
         return NamedFilesOutput(config, container, named)

@@ -47,7 +47,7 @@ from typing import Dict, Sequence, Tuple
 from .. import storage
 from ..config import Config
 from ..errors import BertDataError, ConfigError, NothingUsableError, OutputError
-from ..format.containers import container_for
+from ..format.containers import container_of, require_concatenation
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..group import build_resources
 from ..metadata import MetadataSummary, decode_group
@@ -223,7 +223,7 @@ def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, voca
     run's one finish sequence (:func:`bert_data.runners.finish.finish`) over the shards the
     pipeline wrote: nothing usable -> nothing published, exit 2; else the manifest from the
     summed counters, the work dir removed and ``data_params.json`` written, last."""
-    names = shard_file_names(config.name, config.num_output_files, container_for("tfrecord").suffix)
+    names = shard_file_names(config.name, config.num_output_files, container_of(config).suffix)
     records = {shard: count for shard, count, _bytes in shard_counts}
     if sorted(records) != list(range(config.num_output_files)):
         raise RuntimeError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
@@ -324,7 +324,7 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
     import apache_beam as beam
 
     n = config.num_output_files
-    names = shard_file_names(config.name, n, container_for("tfrecord").suffix)
+    names = shard_file_names(config.name, n, container_of(config).suffix)
     processed = (
         pipeline
         | "ReadGroups" >> beam.io.ReadFromText(groups_path)
@@ -357,6 +357,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
     beam = _require_beam()
     if getattr(config, "resume", False):
         raise ConfigError("--resume is for the local runner; re-run a Beam job instead (its output is deterministic)")
+    require_concatenation(container_of(config))  # WriteShard concatenates group runs
     scratch = tempfile.mkdtemp(prefix="bert_data_driver_")
     try:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
@@ -410,13 +411,13 @@ def _fetch_vocab(vocab_file: str, scratch: str) -> Tuple[bytes, str]:
 def _prepare_output(config: Config) -> str:
     """The work directory of a fresh run (a Beam run is never resumed: it is redone)."""
     if is_remote(config.output_dir):
-        return prepare_remote_output_dir(config.output_dir, config.name, config.overwrite, container_for("tfrecord").suffix)
+        return prepare_remote_output_dir(config.output_dir, config.name, config.overwrite, container_of(config).suffix)
     if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
         raise OutputError(
             f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
             f"(a Beam run is redone from scratch: its output is deterministic)"
         )
-    return prepare_output_dir(config.output_dir, config.name, config.overwrite, container_for("tfrecord").suffix)
+    return prepare_output_dir(config.output_dir, config.name, config.overwrite, container_of(config).suffix)
 
 
 def _copy_file(local_path: str, destination: str) -> None:

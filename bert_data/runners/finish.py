@@ -21,6 +21,7 @@ from ..errors import NothingUsableError, plural
 from ..faults import crash_point
 from ..format.manifest import VocabIdentity, build_manifest
 from ..metadata import MetadataSummary
+from ..output.outputs import Output
 
 
 def finish(

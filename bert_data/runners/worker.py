@@ -1,7 +1,8 @@
 """The worker side that every runner calls: one group, from its work items to a fragment file.
 
 :func:`make_group` is what a pool process, a Dask worker, a Beam DoFn or the coordinator itself
-(``--num_workers 1``) runs for a group. It takes the group's batches from
+(``--num_workers 1``) runs for a group (Beam's DoFn calls its parts, :func:`stage_sources` and
+:func:`write_group`, and publishes the fragment itself). It takes the group's batches from
 :func:`bert_data.group.group_batches` (WHAT), encodes and frames them into the group's fragment
 (:class:`bert_data.output.fragment.FragmentWriter`: the run's encoder and container), and
 returns a :class:`GroupResult` that the coordinator hands to the run's output (WHERE).
@@ -24,7 +25,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from .. import storage
 from ..errors import BertDataError, MetadataError
-from ..format.containers import container_for
+from ..format.containers import container_of
 from ..group import Resources, StageClock, group_batches
 from ..metadata import DocumentSource, WorkItem
 from ..output.fragment import COPY_CHUNK, FragmentWriter, Segment, publish_fragment
@@ -51,8 +52,8 @@ def write_group(group_index: int, items: Sequence[WorkItem], resources: Resource
     seconds: Counter = Counter()
     clock = StageClock(seconds)
     writer = FragmentWriter(
-        fragment_name(work_dir, group_index), resources.encoder, container_for("tfrecord", config.compression),
-        config.num_output_files, seconds=seconds,
+        path=fragment_name(work_dir, group_index), encoder=resources.encoder,
+        container=container_of(config), num_shards=config.num_output_files, seconds=seconds,
     )
     try:
         for features, shard_of_row in group_batches(group_index, items, resources, stats, clock):
