@@ -54,6 +54,8 @@ class Config:
     validation_fraction: float = 0.0
     validation_metadata_files: Tuple[str, ...] = ()
     split_role: str = ""  # set internally: "train" or "validation" for each half of a split run
+    # set internally by the plan (runners.plan.plan_run): the NSP negative pool, bert_data.negatives.encode_pool
+    negative_pool: str = field(default="", repr=False)
     # --- execution ----------------------------------------------------------------------
     num_workers: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     # --- input formats ---
@@ -69,6 +71,9 @@ class Config:
     document_separator_token: str = "[SEP]"  # --mlm_only: vocabulary token put between documents
     overlap_size: Optional[int] = None  # --mlm_only: tokens shared by consecutive windows; None: max_seq_length / 4
     buffer_size: int = 1_000_000  # --mlm_only: tokens of windows assembled and masked at once (memory bound)
+    # --- packing (docs/packing.md) ---
+    packing: bool = False  # several instances per row (Habana's MLPerf packed layout), padding-free
+    max_sequences_per_pack: int = 3  # --packing: instances per row at most (3 in every MLPerf layout)
     # --- runner ---
     runner: str = "local"  # "local": process pool on this machine; "beam": an Apache Beam pipeline (docs/beam.md); "dask"
     scheduler_address: str = ""  # --runner dask: tcp://HOST:PORT of a running scheduler ("" and no file: a LocalCluster)
@@ -90,9 +95,12 @@ class Config:
             object.__setattr__(self, "min_short_seq_length", shortest)
 
     def to_json(self) -> Dict[str, Any]:
-        """Every setting, JSON-able (tuples become lists)."""
+        """Every setting, JSON-able (tuples become lists); not what the plan derives
+        (:data:`DERIVED_SETTINGS`)."""
         out = {}
         for f in fields(self):
+            if f.name in DERIVED_SETTINGS or (f.name in PACKING_SETTINGS and not self.packing):
+                continue
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
@@ -108,6 +116,16 @@ class Config:
 
 
 FIELD_NAMES = tuple(f.name for f in fields(Config))
+
+# Recorded (manifest, --resume, --print_config) only with --packing, so that the settings and
+# manifests of unpacked runs stay exactly what they were before packing existed.
+PACKING_SETTINGS = frozenset({"packing", "max_sequences_per_pack"})
+MOST_SEQUENCES_PER_PACK = 64
+
+# Fields the plan derives from the inputs, the sizes and the seed, never set by a user: not in
+# to_json (so neither in the manifest, nor compared by --resume: what they derive from is), not in
+# --print_config, refused in a --config preset (presets.INTERNAL_SETTINGS).
+DERIVED_SETTINGS = frozenset({"negative_pool"})
 
 # Settings that do not change a single output byte: a resumed run may differ in these.
 NON_OUTPUT_SETTINGS = frozenset({"num_workers", "overwrite", "resume", "output_dir", "runner", "beam_options",
@@ -270,6 +288,7 @@ def validate(config: Config, require_inputs: bool = True) -> None:
         )
     _validate_inputs(config)
     _validate_objective(config)
+    _validate_packing(config)
     _validate_runner(config)
 
 
@@ -327,6 +346,25 @@ def _check_encoding(name: str) -> None:
 # MLM-only settings and their values in a run without --mlm_only (anything else there is a mistake).
 _MLM_ONLY_SETTINGS = {"allow_cross_document_examples": False, "document_separator_token": "[SEP]", "overlap_size": 0,
                       "buffer_size": 1_000_000}
+
+
+def _validate_packing(config: Config) -> None:
+    """--packing / --max_sequences_per_pack."""
+    k = config.max_sequences_per_pack
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MOST_SEQUENCES_PER_PACK:
+        raise ConfigError(
+            f"--max_sequences_per_pack must be an integer from 1 to {MOST_SEQUENCES_PER_PACK} (default 3, as in every "
+            f"MLPerf packed layout), got {short_repr(k)}"
+        )
+    if not config.packing:
+        if k != 3:
+            raise ConfigError("--max_sequences_per_pack only applies with --packing; add --packing or drop it")
+        return
+    if config.disable_masking:
+        raise ConfigError(
+            "--packing needs masked records: --disable_masking stores windows for the reader to mask, and packed rows "
+            "carry each instance's predictions; drop one of them"
+        )
 
 
 def _validate_objective(config: Config) -> None:

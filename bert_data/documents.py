@@ -1,8 +1,9 @@
 """Read stage: a document source -> decoded document texts, with every oddity counted.
 
 The file side of reading: a listed file is opened (whole, or a byte range of a large one snapped
-to line starts), its encoding recognised and its bytes decoded with replacements counted, and
-the text handed to its input format's consumer (:mod:`bert_data.input_formats`: decoded text in,
+to line starts), its encoding recognised and its bytes decoded with replacements counted and
+universal newlines (``\\r\\n`` and a lone ``\\r`` are ``\\n``: :class:`Newlines`), and the text
+handed to its input format's consumer (:mod:`bert_data.input_formats`: decoded text in,
 documents out). Compressed files (gzip, bzip2, xz; zstd when the ``zstandard`` module is
 importable) are recognised and decompressed as a stream by :mod:`bert_data.compression`. Other
 modules import the read stage's names from here (:func:`iter_documents`, :func:`can_range`,
@@ -193,18 +194,42 @@ def _wide_encoding(declared: str, sniff: bytes) -> Optional[str]:
     return f"{name}-be" if nul_first > nul_last else f"{name}-le"
 
 
+class Newlines:
+    """Python's universal newlines on a stream of text: ``\\r\\n`` and a lone ``\\r`` become
+    ``\\n``. A ``\\r`` that ends a chunk waits for the next one (it may be half of a ``\\r\\n``).
+
+    Why: the line ends of a corpus must not change what a document is. The Model Zoo reads its
+    inputs with ``open()`` in text mode, which does exactly this; BERT's ``tf.gfile`` readline
+    drops every ``\\r`` (CRLF then reads as LF; an old Mac file's lone ``\\r`` would glue words
+    together, which no one wants). Text without ``\\r`` passes through unchanged."""
+
+    def __init__(self) -> None:
+        self.pending_cr = False
+
+    def __call__(self, text: str, final: bool = False) -> str:
+        if self.pending_cr:
+            text, self.pending_cr = "\r" + text, False
+        if "\r" not in text:
+            return text
+        if not final and text.endswith("\r"):
+            text, self.pending_cr = text[:-1], True
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 class _Decoder:
-    """Incremental decoding with U+FFFD replacement; replaced bytes are counted in ``stats``."""
+    """Incremental decoding with U+FFFD replacement (replaced bytes are counted in ``stats``)
+    and universal newlines (:class:`Newlines`): every reading path decodes through here."""
 
     def __init__(self, encoding: str, stats: Counter) -> None:
         self.decoder = codecs.getincrementaldecoder(encoding)(errors="bert_data_count_replace")
         self.stats = stats
+        self.newlines = Newlines()
 
     def __call__(self, data: bytes, final: bool = False) -> str:
         _replaced_in_last_decode[0] = 0
         text = self.decoder.decode(data, final)
         self.stats["replaced_bytes"] += _replaced_in_last_decode[0]
-        return text
+        return self.newlines(text, final)
 
 
 def _read_error(source: DocumentSource, exc: OSError) -> MetadataError:
@@ -408,20 +433,28 @@ def _iter_bert_range(handle, item: WorkItem, options: ReadOptions, stats: Counte
 
 def _skip_document_rest(handle, position: int, end: int, encoding: str, stats: Counter) -> int:
     """Skip the lines of a document begun before ``position`` through the next blank line (or
-    until a line starts at ``end``: then the range owns nothing); returns the new position."""
+    until a line starts at ``end``: then the range owns nothing); returns the new position.
+    Lines are read to their ``\\n`` (the unit ranges agree on); the document ends where such a
+    line's last line by universal newlines is blank (``x\\r\\r\\n`` ends one: its ``\\r`` lines are
+    ``x`` and a blank one)."""
     decoder = codecs.getincrementaldecoder(encoding)(errors="replace")  # its replacements are counted where read
+    newlines = Newlines()
     while position < end:
-        blank = True
+        line_blank = True  # the universal line being read is blank so far
+        last_blank = True  # the last universal line completed in this "\n" line
         while True:
             chunk = handle.readline(_READ_CHUNK)
             if not chunk:
                 return position
             position += len(chunk)
             stats["input_bytes"] += len(chunk)
-            blank = blank and not decoder.decode(chunk).strip()
+            *complete, rest = newlines(decoder.decode(chunk), final=False).split("\n")
+            for part in complete:
+                last_blank, line_blank = line_blank and not part.strip(), True
+            line_blank = line_blank and not rest.strip()
             if chunk.endswith(b"\n"):
                 break
-        if blank:
+        if last_blank:
             break
     return position
 
@@ -431,16 +464,20 @@ _UTF8_CONTINUATION = range(0x80, 0xC0)
 
 
 def _previous_line_blank(fd: int, position: int, encoding: str) -> bool:
-    """Whether the line that ends just before ``position`` (a line start) is blank by
-    ``line.strip()``: read backwards a chunk at a time, stopping at the first character that is
-    not whitespace (almost always in the first chunk) or at the line's start. A UTF-8 character
-    cut by a chunk's start is left whole to the next (earlier) chunk."""
+    """Whether the line that ends just before ``position`` (a line start, after a ``\\n``) is
+    blank by ``line.strip()``, lines being split by universal newlines (so the line is what
+    follows the last ``\\r`` or ``\\n`` before its end, a ``\\r\\n`` being one end): read backwards
+    a chunk at a time, stopping at the first character that is not whitespace (almost always in
+    the first chunk) or at the line's start. A UTF-8 character cut by a chunk's start is left
+    whole to the next (earlier) chunk."""
     end = position - 1  # the "\n" ending that line
+    if end > 0 and os.pread(fd, 1, end - 1) == b"\r":
+        end -= 1  # a "\r\n": the line ends at its "\r"
     utf8 = codecs.lookup(encoding).name == "utf-8"
     while end > 0:
         start = max(0, end - max(_BACK_CHUNK, 4))  # more than a cut character's 3 bytes: progress
         chunk = os.pread(fd, end - start, start)
-        newline = chunk.rfind(b"\n")
+        newline = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
         piece = chunk[newline + 1 :]
         if newline < 0 and start > 0 and utf8:
             cut = 0

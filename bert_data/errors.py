@@ -3,8 +3,9 @@
 
 Exit codes of the tools (documented in the README): 0 done; 1 ``inspect_tfrecords`` found a bad
 record, or a Beam pipeline failed; 2 a user error (:class:`BertDataError`: input, flags, config,
-output directory, resume); 3 a worker process died (resumable); 130 interrupted (Ctrl-C,
-resumable); 143 terminated (SIGTERM: preemption, a scheduler's time limit; resumable)."""
+output directory, resume); 3 a worker process died or memory ran out (resumable); 130
+interrupted (Ctrl-C, resumable); 129 hung up (SIGHUP), 143 terminated (SIGTERM: preemption, a
+scheduler's time limit), 152 the CPU time limit (SIGXCPU), all resumable."""
 
 from __future__ import annotations
 
@@ -50,19 +51,51 @@ class RecordFormatError(BertDataError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (preemption, ``kill``, a batch scheduler's time limit) raised in the main thread:
-    the run stops as on Ctrl-C (workers stopped, nothing published, resumable), and the tool
-    says so and exits 143 instead of vanishing without a word."""
+    """A stop signal raised in the main thread: SIGTERM (preemption, ``kill``, a batch scheduler's
+    time limit), SIGHUP (the terminal or SSH session closed) or SIGXCPU (the CPU time limit,
+    ``ulimit -t``). The run stops as on Ctrl-C (workers stopped, nothing published, resumable),
+    and the tool says so and exits 128 + the signal's number instead of vanishing without a word."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def describe(self) -> str:
+        """What stopped the run, in the words of the tools' last line."""
+        import signal
+
+        words = {
+            getattr(signal, "SIGTERM", -1): "terminated (SIGTERM)",
+            getattr(signal, "SIGHUP", -1): "hung up (SIGHUP: the terminal or session closed)",
+            getattr(signal, "SIGXCPU", -1): "stopped at the CPU time limit (SIGXCPU: ulimit -t)",
+        }
+        return words.get(self.signum, f"stopped by signal {self.signum}")
+
+
+STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGXCPU")
 
 
 def raise_on_sigterm() -> None:
-    """From now on SIGTERM raises :class:`Terminated` in the main thread (command-line tools only)."""
+    """From now on SIGTERM, SIGHUP and SIGXCPU raise :class:`Terminated` in the main thread
+    (command-line tools only)."""
     import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # (a tool's main() called from a thread, as tests do: signals stay the process's own)
 
     def _terminated(signum: int, frame: object) -> None:
-        raise Terminated()
+        raise Terminated(signum)
 
-    signal.signal(signal.SIGTERM, _terminated)
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _terminated)
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError (EFBIG), not a kill
 
 
 def print_error(prog: str, message: str, code: int = 2) -> int:

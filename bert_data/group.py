@@ -5,9 +5,11 @@ Work unit: a *group* (planned by :func:`bert_data.metadata.plan_groups`): at mos
 range of a large file, or one large file that cannot be ranged (compressed, say). Its documents
 are streamed and cut into *units* of at most ``--group_bytes`` characters of text (usually a
 group is one unit); a unit is segmented and tokenized once, then every dupe pass plans its
-instances (NSP negatives come from other documents of the same unit) and masks them. Memory per
-worker is bounded by one unit. :func:`group_batches` reads top to bottom as the pipeline, one
-call into each stage:
+instances and masks them. NSP's random B segments come from the run's negative pool
+(:mod:`bert_data.negatives`: a corpus-wide sample chosen at plan time, built once per worker by
+:func:`ensure_pool`), never from A's own original document, so they do not depend on how the
+work is cut. Memory per worker is bounded by one unit plus the pool. :func:`group_batches`
+reads top to bottom as the pipeline, one call into each stage:
 
     read (documents) -> segment (sentences) -> tokenize (tokenization)
       -> per pass: plan + mask (the objective's planner: instances / windows + masking)
@@ -26,9 +28,9 @@ import hashlib
 import os
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -39,8 +41,9 @@ from .format.encoders import ENCODERS
 from .instances import InstanceParams, PassRandomness
 from .masking import MaskingParams
 from .metadata import GroupPlan, WorkItem
+from .negatives import DocumentOrigins, NegativePool, build_pool, one_document_per_file
 from .objectives import Objective, objective_of
-from .tokenization import TokenizedGroup, tokenize_group
+from .tokenization import TokenizedDocuments, tokenize_group
 
 Batch = Tuple[Mapping[str, np.ndarray], np.ndarray]  # features (one row per instance), the shard of each row
 
@@ -62,6 +65,7 @@ def pass_randomness(
         plan_rng=random.Random(derive_seed(seed, plan_stream, *ids)),
         mask_rng=np.random.Generator(np.random.PCG64(derive_seed(seed, "mask", *ids))),
         first_shard=derive_seed(seed, "shard", *ids) % num_shards,
+        packing_seed=derive_seed(seed, "packing", *ids),  # read only by --packing (bert_data.packing)
     )
 
 
@@ -79,10 +83,26 @@ class Resources:
     bytes_read: object = None  # a shared multiprocessing.Value the reader advances (progress), or None
     objective: Optional[Objective] = None  # the layout's row: planner, counters, encoder
     encoder: object = None  # features -> record payloads, built once (bert_data.format.encoders)
+    pool: Optional[NegativePool] = None  # NSP: the run's negative pool, built by the first group that needs it
+    pool_built: bool = False
 
     @property
     def read_options(self) -> ReadOptions:
         return read_options(self.config)
+
+
+def ensure_pool(resources: Resources) -> Optional[NegativePool]:
+    """The run's NSP negative pool (``config.negative_pool``, planned by
+    :func:`bert_data.runners.plan.plan_run`), read, segmented and tokenized once per worker and
+    kept in its resources; None when the layout draws no negatives or the Config was not planned
+    (a library caller: then a unit's other documents are its negatives)."""
+    config = resources.config
+    if not resources.pool_built:
+        if resources.objective is not None and resources.objective.negatives and config.negative_pool:
+            resources.pool = build_pool(config.negative_pool, resources.read_options, config.input_files_prefix,
+                                        config.metadata_files, resources.segmenter, resources.tokenizer)
+        resources.pool_built = True
+    return resources.pool
 
 
 def document_boundary(config: Config) -> Optional[str]:
@@ -194,16 +214,29 @@ def group_batches(
     each dupe pass plan and mask its instances, yielding them batch by batch (rows in output
     order, each with its shard). ``stats`` gets the group's counters, ``clock`` the time per stage."""
     config, objective = resources.config, resources.objective
-    documents = iter_documents(_as_items(items), resources.read_options, stats)
-    documents = clock.timed("read", _reporting_bytes(documents, stats, resources.bytes_read))
+    if objective.negatives:
+        with clock("pool"):
+            pool = ensure_pool(resources)
+        if pool is not None and group_index == 0:  # the pool's facts, counted once per run (group 0 always runs)
+            stats.update(pool.facts)
+    origins: Optional[Deque[int]] = deque() if objective.negatives else None
+    documents = clock.timed("read", _read(items, resources, stats, origins))
+    work = WorkDone(resources.bytes_read, stats)
     for unit, unit_documents in enumerate(cut_units(documents, config.group_bytes)):
+        work.unit_read()
+        unit_origins = [origins.popleft() for _ in unit_documents] if origins is not None else None
         with clock("segment"):
             per_doc_sentences, chunked = resources.segmenter.segment(unit_documents)
             stats["paragraph_chunks"] += chunked
         with clock("tokenize"):
-            group = _tokenize(unit_documents, per_doc_sentences, resources, stats)
+            tokenized = _tokenize(unit_documents, per_doc_sentences, resources, stats)
+        group = tokenized.group
         if group.n_docs:  # a unit without a usable document has no pass
-            plan_pass = objective.planner(group, resources)
+            if unit_origins is not None:
+                left_out = set(tokenized.left_out)
+                unit_origins = [o for d, o in enumerate(unit_origins) if d not in left_out]
+            objective.count_unit(group, resources, unit_origins, stats)
+            plan_pass = objective.planner(group, resources, unit_origins)
             for dupe_pass in range(config.dupe_factor):
                 with clock("instances"):
                     randomness = pass_randomness(
@@ -212,30 +245,57 @@ def group_batches(
                     planned = plan_pass(randomness)
                 yield from clock.timed("instances", planned.batches)
                 objective.count_pass(planned, stats)
+                work.pass_done(dupe_pass + 1, config.dupe_factor)
         stats["units"] += 1
+    work.group_done()
 
 
-_PROGRESS_STEP = 1 << 20  # input bytes between two updates of the shared progress counter
+def _read(items: Sequence, resources: Resources, stats: Counter, origins: Optional[Deque[int]]) -> Iterator[str]:
+    """The group's documents, item by item; with ``origins``, each document's original document
+    (:class:`bert_data.negatives.DocumentOrigins`) is appended to it as the document is read."""
+    options = resources.read_options
+    tagger = DocumentOrigins(one_document_per_file(options), resources.config.input_files_prefix)
+    for item in _as_items(items):
+        documents = iter_documents([item], options, stats)
+        if origins is None:
+            yield from documents
+            continue
+        for document, origin in tagger.tag(item, documents):
+            origins.append(origin)
+            yield document
 
 
-def _reporting_bytes(documents: Iterator[str], stats: Counter, counter) -> Iterator[str]:
-    """``documents``, advancing ``counter.value`` by the input bytes read (every MiB and at the
-    end), so the coordinator's progress moves inside a long group too."""
-    reported = stats["input_bytes"]
+class WorkDone:
+    """Advances the coordinator's live progress counter (``counter.value``, input bytes) by the
+    work *done*, not the input read: a unit's input bytes count a ``1/dupe_factor`` share as each
+    of its passes is written, so the bar reaches 100% when the last instances are written.
 
-    def report() -> None:
-        nonlocal reported
-        if counter is not None and stats["input_bytes"] != reported:
-            # unlocked on purpose: a lost update between two workers only blurs the progress bar,
-            # and a lock would need a semaphore that a kill -9 leaks (with a warning)
-            counter.value += stats["input_bytes"] - reported
-            reported = stats["input_bytes"]
+    Unlocked on purpose: a lost update between two workers only blurs the progress bar, and a
+    lock would need a semaphore that a kill -9 leaks (with a warning)."""
 
-    for document in documents:
-        if stats["input_bytes"] - reported >= _PROGRESS_STEP:
-            report()
-        yield document
-    report()
+    def __init__(self, counter, stats: Counter) -> None:
+        self.counter = counter
+        self.stats = stats
+        self.reported = stats["input_bytes"]  # bytes whose work is already counted
+        self.unit_start = self.reported
+        self.unit_bytes = 0
+
+    def _advance_to(self, position: int) -> None:
+        if self.counter is not None and position > self.reported:
+            self.counter.value += position - self.reported
+        self.reported = max(self.reported, position)
+
+    def unit_read(self) -> None:
+        """A unit was read: its bytes (those read since the last unit) are now its work."""
+        self._advance_to(self.unit_start + self.unit_bytes)  # a unit without a pass is done when the next is read
+        self.unit_start = self.reported
+        self.unit_bytes = self.stats["input_bytes"] - self.unit_start
+
+    def pass_done(self, done: int, passes: int) -> None:
+        self._advance_to(self.unit_start + self.unit_bytes * done // passes)
+
+    def group_done(self) -> None:
+        self._advance_to(self.stats["input_bytes"])
 
 
 def _as_items(items: Sequence) -> List[WorkItem]:
@@ -258,7 +318,7 @@ def cut_units(documents: Iterable[str], budget: int) -> Iterator[List[str]]:
         yield unit
 
 
-def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources, stats: Counter) -> TokenizedGroup:
+def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources, stats: Counter) -> TokenizedDocuments:
     tokenized = tokenize_group(per_doc_sentences, resources.tokenizer)
     stats["sentences"] += tokenized.sentences
     stats["sentences_without_tokens"] += tokenized.sentences_without_tokens
@@ -267,4 +327,4 @@ def _tokenize(documents: Sequence[str], per_doc_sentences, resources: Resources,
     for index in tokenized.left_out:
         stats[f"skipped.{untokenized_reason(documents[index])}"] += 1
     stats["documents.used"] += tokenized.group.n_docs
-    return tokenized.group
+    return tokenized

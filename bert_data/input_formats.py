@@ -4,8 +4,9 @@ A consumer per format (:func:`make_consumer`) is fed a file's decoded text in ch
 (``feed(text, final)``) and returns the documents completed so far: a file's text (or the pieces
 between ``--multiple_docs_separator``), JSON Lines lines, WikiExtractor ``<doc>`` blocks, or
 google-research/bert's blank-line separated documents. A document longer than
-``max_document_chars`` is emitted in pieces cut at line breaks, so it is never held whole. No
-I/O and no decoding here: files, byte ranges, compression and encodings are the reader's
+``max_document_chars`` is emitted in pieces cut at line breaks, so it is never held whole. The
+text comes with universal newlines (the reader made every ``\\r\\n`` and lone ``\\r`` a ``\\n``), so
+line ends never change what a document is. No I/O and no decoding here: files, byte ranges, compression and encodings are the reader's
 (:mod:`bert_data.documents`, which is also where other modules import :class:`ReadOptions` and
 :data:`INPUT_FORMATS` from).
 """
@@ -40,6 +41,12 @@ class ReadOptions:
     separator: Optional[str] = None  # split a file into documents on this, or None: one document per file
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
     encoding: str = "utf-8"  # --input_encoding: files without a UTF-16/32 byte-order mark are in this
+
+    def __post_init__(self) -> None:
+        # The reader hands the consumers text with universal newlines (\r\n and \r are \n), so a
+        # separator is read the same way: "\r\n" in --multiple_docs_separator means a line break.
+        if self.separator is not None and "\r" in self.separator:
+            object.__setattr__(self, "separator", self.separator.replace("\r\n", "\n").replace("\r", "\n"))
 
     @property
     def line_oriented(self) -> bool:
@@ -100,9 +107,18 @@ def cut_point(text: str, limit: int) -> int:
     return match.end() if match else limit
 
 
+class ContinuedPiece(str):
+    """A piece of a document after its first (the document was longer than ``max_document_chars``):
+    plain text, marked so that the NSP negatives (:mod:`bert_data.negatives`) know it belongs to
+    the document before it and never draw a "random" B from that same document."""
+
+    __slots__ = ()
+
+
 class _Pieces:
     """Emits a document in pieces of at most ``limit`` characters as its text streams in, and
-    counts the cuts (``documents_split.*``): a document longer than the limit is never held whole."""
+    counts the cuts (``documents_split.*``): a document longer than the limit is never held whole.
+    Every piece after a document's first is a :class:`ContinuedPiece`."""
 
     def __init__(self, limit: int, stats: Counter) -> None:
         self.limit = limit
@@ -113,14 +129,14 @@ class _Pieces:
         pieces: List[str] = []
         while len(buffer) > self.limit:
             at = cut_point(buffer, self.limit)
-            pieces.append(buffer[:at])
+            pieces.append(ContinuedPiece(buffer[:at]) if self.cut else buffer[:at])
             buffer = buffer[at:]
             if not self.cut:
                 self.cut = True
                 self.stats["documents_split.documents"] += 1
             self.stats["documents_split.extra_pieces"] += 1
         if final:
-            pieces.append(buffer)
+            pieces.append(ContinuedPiece(buffer) if self.cut else buffer)
             buffer = ""
             self.cut = False
         return pieces, buffer
@@ -152,7 +168,8 @@ class _TextConsumer:
 
 class _JsonlConsumer:
     """One document per JSON Lines line (see :func:`parse_jsonl`), streamed: lines are split on
-    ``\n`` only; a line over ``MAX_JSON_LINE_CHARS`` is skipped (``line_too_long``) without being held."""
+    ``\\n`` only (the reader already made ``\\r\\n`` and ``\\r`` line ends ``\\n``; U+2028 is
+    not one); a line over ``MAX_JSON_LINE_CHARS`` is skipped (``line_too_long``) without being held."""
 
     def __init__(self, options: ReadOptions, stats: Counter) -> None:
         self.text_key = options.text_key
@@ -282,16 +299,19 @@ def _unescape(title: str) -> str:
 
 
 # Characters that str.splitlines() breaks a line at, besides "\n", that BERT's tokenizer drops
-# (control characters) or reads as a space ("\r"): removed inside a line of the "bert" format, so
-# that a line stays one sentence with the same tokens (U+2028/U+2029 are kept: BERT keeps them).
+# (control characters): removed inside a line of the "bert" format, so that a line stays one
+# sentence with the same tokens (U+2028/U+2029 are kept: BERT keeps them). "\r" never gets here:
+# the reader turns "\r\n" and a lone "\r" into "\n" (universal newlines), as the Model Zoo's
+# open() does; BERT's tf.gfile readline drops every "\r" (the same for CRLF files).
 _IN_LINE_BREAKS = {ord("\r"): " ", **{c: None for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85)}}
 
 
 class BertConsumer:
     """google-research/bert's corpus layout (``--input_format bert``): one sentence per line,
     documents separated by blank lines, a line being blank when ``line.strip()`` is empty (so
-    whitespace-only and CRLF blank lines separate documents, as in BERT). Runs of blank lines
-    make no empty documents. A document ends at the end of its file (BERT lets it run on into
+    whitespace-only and CRLF blank lines separate documents, as in BERT; lines end at ``\\n``,
+    ``\\r\\n`` or a lone ``\\r``: see :data:`_IN_LINE_BREAKS`). Runs of blank lines make no
+    empty documents. A document ends at the end of its file (BERT lets it run on into
     the next file). Streamed: only the current line and document are held, and a document longer
     than ``max_document_chars`` is emitted in pieces cut at line ends.
 

@@ -3,9 +3,11 @@
 This follows google-research/bert ``create_pretraining_data.py`` decision for decision, with
 three deliberate differences that users asked for:
 
-* a pair is never labelled "random next" when B came from the same document (the reference
-  retries 10 times and may give up); with one document in a group, no random B exists and
-  the pair is a true continuation or, for a one-sentence chunk, counted and skipped;
+* a random B comes from a pool of documents (:class:`Negatives`: in a run, the corpus-wide
+  sample of :mod:`bert_data.negatives`, the same whatever the groups, units or workers) and
+  never from A's own original document (the reference retries 10 times and may give up, and
+  then labels a B of the same document "random"); when no other document exists, the pair is a
+  true continuation, or, for a one-sentence chunk, skipped, each counted;
 * ``--mask_whole_word`` makes the 80/10/10 choice once per word (the reference draws per piece)
   and never joins a ``##`` piece across ``[SEP]`` (see :mod:`bert_data.masking`);
 * work is organised for speed: pairing works on sentence *offsets* into one flat token array
@@ -26,7 +28,7 @@ from __future__ import annotations
 import random
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -61,6 +63,7 @@ class PassRandomness:
     plan_rng: random.Random  # target lengths, split points, random B, truncation (or window lengths)
     mask_rng: np.random.Generator  # instance order and masks
     first_shard: int  # the shard the pass's first instance goes to; the rest follow round-robin
+    packing_seed: int = 0  # --packing: the seed of the pass's "packing" stream (bert_data.packing)
 
 
 @dataclass
@@ -72,11 +75,51 @@ class InstancePass:
     unpaired: int  # chunks skipped for want of a partner (NSP: no other document; SOP: one sentence)
     batches: Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]
     spanning_documents: int = 0  # MLM-only: windows that hold a document separator
+    random_next: int = 0  # NSP: instances labelled random next (1)
+    single_sentence_chunks: int = 0  # NSP: of those, chunks of one sentence (random next whatever the coin)
+    continuations_kept: int = 0  # NSP: chunks kept as true continuations because no other document existed
 
 
 def shard_of_rows(start: int, count: int, first_shard: int, num_shards: int) -> np.ndarray:
     """Round-robin shards of rows ``start .. start + count - 1`` of a pass."""
     return (np.arange(start, start + count) + first_shard) % num_shards
+
+
+@dataclass
+class Negatives:
+    """Where the random B segments of a unit come from: documents given by their sentences'
+    token offsets (document ``r`` owns sentences ``doc_starts[r]`` to ``doc_starts[r + 1] - 1``,
+    sentence ``s`` is ``offsets[s] .. offsets[s + 1]``), their tokens at ``base + offset`` in the
+    pass's token space (``ids``: their token array, placed after the unit's; None: the unit's own
+    tokens, ``base`` 0), and for unit document ``d`` the documents it must not use, ascending
+    (``excluded(d)``: its own original document). :func:`unit_negatives` is the unit itself;
+    a run's is :meth:`bert_data.negatives.NegativePool.negatives`."""
+
+    offsets: List[int]
+    doc_starts: Sequence[int]
+    base: int
+    ids: Optional[np.ndarray]
+    excluded: Callable[[int], Sequence[int]]
+    _tokens: Optional[np.ndarray] = field(default=None, repr=False)
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_starts) - 1
+
+    def tokens(self, unit_ids: np.ndarray) -> np.ndarray:
+        """The pass's token space: the unit's tokens, then the negatives' (joined once per unit,
+        so that assembling a batch is one lookup; the copy is the unit plus the pool)."""
+        if self.ids is None:
+            return unit_ids
+        if self._tokens is None:
+            self._tokens = np.concatenate([unit_ids, self.ids])
+        return self._tokens
+
+
+def unit_negatives(group: TokenizedGroup, offsets: Optional[List[int]] = None) -> Negatives:
+    """The unit's other documents as its negatives (a library caller's default, without a pool)."""
+    return Negatives(offsets if offsets is not None else group.sent_offsets.tolist(), group.doc_starts, 0, None,
+                     lambda d: (d,))
 
 
 @dataclass
@@ -89,6 +132,9 @@ class PairPlan:
     b_hi: List[int] = field(default_factory=list)
     is_random_next: List[int] = field(default_factory=list)
     negatives_unavailable: int = 0  # one-sentence chunks dropped: no other document for a random B
+    random_next: int = 0  # pairs labelled random next
+    single_sentence_chunks: int = 0  # of those, one-sentence chunks (random next whatever the coin)
+    continuations_kept: int = 0  # chunks due a random B kept as true continuations: no other document
 
     def __len__(self) -> int:
         return len(self.a_lo)
@@ -149,12 +195,15 @@ class _PassPlanner:
     group: TokenizedGroup
     params: InstanceParams
     rng: random.Random
+    negatives: Optional[Negatives] = None  # None: the unit's other documents
     plan: PairPlan = field(default_factory=PairPlan)
 
     def __post_init__(self) -> None:
         self.off: List[int] = self.group.sent_offsets.tolist()
         self.n_docs = self.group.n_docs
         self.max_num_tokens = self.params.max_num_tokens
+        if self.negatives is None:
+            self.negatives = unit_negatives(self.group, self.off)
 
     def target_seq_length(self) -> int:
         """Per document and pass: usually the maximum, with ``short_seq_prob`` a random shorter one."""
@@ -178,17 +227,21 @@ class _PassPlanner:
                 a_end = 1 if n_chunk < 2 else rng.randint(1, n_chunk - 1)
                 a_lo, a_hi = off[chunk_start], off[chunk_start + a_end]
                 want_random = n_chunk == 1 or rng.random() < 0.5
-                if want_random and self.n_docs < 2:
+                excluded = self.negatives.excluded(d) if want_random else ()
+                if want_random and self.negatives.n_docs - len(excluded) < 1:
                     if n_chunk == 1:
                         plan.negatives_unavailable += 1
                         chunk_start, current_length = i + 1, 0
                         i += 1
                         continue
                     want_random = False  # no other document: keep the true continuation
+                    plan.continuations_kept += 1
                 if want_random:
-                    b_lo, b_hi = self._random_segment(d, target_seq_length - (a_hi - a_lo))
+                    b_lo, b_hi = self._random_segment(excluded, target_seq_length - (a_hi - a_lo))
                     i -= n_chunk - a_end  # put the unused sentences back
                     is_random = 1
+                    plan.random_next += 1
+                    plan.single_sentence_chunks += n_chunk == 1
                 else:
                     b_lo, b_hi = a_hi, off[i + 1]
                     is_random = 0
@@ -196,18 +249,23 @@ class _PassPlanner:
                 chunk_start, current_length = i + 1, 0
             i += 1
 
-    def _random_segment(self, d: int, target_b_length: int) -> Tuple[int, int]:
-        """A random B: whole sentences from a random *other* document, reaching the target length."""
-        off, rng, doc_starts = self.off, self.rng, self.group.doc_starts
-        r = rng.randint(0, self.n_docs - 2)
-        if r >= d:
-            r += 1  # uniform over the *other* documents
+    def _random_segment(self, excluded: Sequence[int], target_b_length: int) -> Tuple[int, int]:
+        """A random B: whole sentences from a random document of the negatives other than
+        ``excluded`` (A's own), reaching the target length. Draws: the document (uniform over the
+        allowed ones), then the sentence it starts at (uniform over the document's)."""
+        negatives, rng = self.negatives, self.rng
+        off, doc_starts = negatives.offsets, negatives.doc_starts
+        r = rng.randint(0, negatives.n_docs - len(excluded) - 1)
+        for skipped in excluded:  # the r-th allowed document
+            if r < skipped:
+                break
+            r += 1
         r_begin, r_end = doc_starts[r], doc_starts[r + 1]
         start = rng.randint(r_begin, r_end - 1)
         b_lo = off[start]
         # smallest sentence end reaching target_b_length (at least one sentence)
         stop = bisect_left(off, b_lo + target_b_length, start + 1, r_end + 1)
-        return b_lo, off[min(stop, r_end)]
+        return negatives.base + b_lo, negatives.base + off[min(stop, r_end)]
 
     def sop_document(self, d: int) -> None:
         """ALBERT ``create_instances_from_document`` with ``random_next_sentence=False``.
@@ -249,16 +307,18 @@ class _PassPlanner:
 
 
 def plan_pairs(
-    group: TokenizedGroup, params: InstanceParams, rng: random.Random, sentence_order_prediction: Optional[bool] = None
+    group: TokenizedGroup, params: InstanceParams, rng: random.Random, sentence_order_prediction: Optional[bool] = None,
+    negatives: Optional[Negatives] = None,
 ) -> PairPlan:
     """One dupe pass over every document of the group: choose A/B segments and NSP labels.
 
     With ``sentence_order_prediction`` (default: ``params.sentence_order_prediction``) the
     labels are ALBERT's sentence-order labels instead (see :meth:`_PassPlanner.sop_document`).
+    NSP's random B segments come from ``negatives`` (default: the group's other documents).
     """
     if sentence_order_prediction is None:
         sentence_order_prediction = params.sentence_order_prediction
-    planner = _PassPlanner(group, params, rng)
+    planner = _PassPlanner(group, params, rng, negatives)
     plan_document = planner.sop_document if sentence_order_prediction else planner.nsp_document
     for d in range(group.n_docs):
         plan_document(d)
@@ -267,7 +327,8 @@ def plan_pairs(
 
 def assemble(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Dict[str, np.ndarray]:
     """``[CLS] A [SEP] B [SEP]`` + padding for every planned pair, as (n, L) arrays, plus the
-    masking inputs ``candidates`` (the tokens of A and B) and ``real_length``."""
+    masking inputs ``candidates`` (the tokens of A and B) and ``real_length``. ``ids`` is the
+    pass's token space (:meth:`Negatives.tokens`: the unit's, then the negatives')."""
     n = len(plan)
     length = params.max_seq_length
     a_lo = np.asarray(plan.a_lo, dtype=np.int64)[:, None]
@@ -305,22 +366,28 @@ def pair_pass(
     num_shards: int,
     is_continuation: Optional[np.ndarray] = None,
     batch_rows: int = INSTANCE_BATCH_ROWS,
+    negatives: Optional[Negatives] = None,
 ) -> InstancePass:
     """One NSP/SOP dupe pass of a group: plan every pair, shuffle the plan, then assemble and
     mask it lazily in batches of ``batch_rows`` (memory stays bounded however large the group).
 
-    Random draws, in order: the plan (``plan_rng``); the instance order, then each batch's masks
-    (``mask_rng``). ``is_continuation`` is the vocabulary's ``##`` table (whole-word masking).
+    Random draws, in order: the plan (``plan_rng``: per document its target length, then per
+    chunk A's end, the coin, for a random B its document and first sentence, the truncation);
+    the instance order, then each batch's masks (``mask_rng``). ``is_continuation`` is the
+    vocabulary's ``##`` table (whole-word masking); ``negatives`` where random B segments come
+    from (default: the group's other documents).
     """
-    plan = plan_pairs(group, params, randomness.plan_rng)
+    plan = plan_pairs(group, params, randomness.plan_rng, negatives=negatives)
+    tokens = negatives.tokens(group.ids) if negatives is not None else group.ids
     n = len(plan)
     order = randomness.mask_rng.permutation(n).tolist()  # the pass's instance order, before any is built
 
     def batches() -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
         for start in range(0, n, batch_rows):
             rows = order[start : start + batch_rows]
-            arrays = assemble(group.ids, plan.take(rows), params)
+            arrays = assemble(tokens, plan.take(rows), params)
             features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation)
             yield features, shard_of_rows(start, len(rows), randomness.first_shard, num_shards)
 
-    return InstancePass(n=n, unpaired=plan.negatives_unavailable, batches=batches())
+    return InstancePass(n=n, unpaired=plan.negatives_unavailable, batches=batches(), random_next=plan.random_next,
+                        single_sentence_chunks=plan.single_sentence_chunks, continuations_kept=plan.continuations_kept)

@@ -2,9 +2,10 @@
 and the train/validation split of metadata entries (a seeded hash of each entry).
 
 A metadata file lists one document path per line, relative to ``--input_files_prefix``
-(absolute paths are kept). Blank lines and ``#`` comments are ignored, CRLF is tolerated and
-several metadata files are read one after the other. Everything here streams: no list of
-every path in the corpus is ever built.
+(absolute paths are kept). Blank lines and ``#`` comments are ignored, lines may end in LF, CRLF
+or a lone CR, and several metadata files are read one after the other. Everything here streams:
+no list of every path in the corpus is ever built. Which file an entry names, however spelled,
+and what ``--resume`` re-checks of it is :mod:`bert_data.identity`'s.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import time
 from collections import Counter, deque
@@ -21,6 +23,7 @@ from itertools import islice
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError, MetadataError, OutputError, plural
+from .identity import DocumentsDigest, entry_key, file_identity, refuse_writing_over_inputs, shown, unusable_path
 from .storage import is_remote
 
 log = logging.getLogger("bert_data")
@@ -72,6 +75,44 @@ def _joined(entry: str, prefix: str, prefix_remote: bool) -> str:
 
 
 MAX_METADATA_LINE = 1 << 16  # a path per line: a longer line means this is not a metadata file
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _metadata_lines(handle: BinaryIO, metadata_file: str, on_piece: Callable[[bytes], None]) -> Iterator[Tuple[int, bytes]]:
+    """``(line number, line without its end)`` of a metadata file, lines split by universal
+    newlines (``\\n``, ``\\r\\n`` or a lone ``\\r``, as Python's text mode and the Model Zoo read
+    them), read a bounded piece at a time; ``on_piece`` sees every byte read, in order."""
+    number, carry = 0, b""
+    while True:
+        piece = handle.readline(MAX_METADATA_LINE + 1)
+        if piece:
+            on_piece(piece)
+            if not carry and piece.endswith(b"\n") and b"\r" not in piece:  # the usual LF line
+                number += 1
+                yield number, _bounded(piece[:-1], metadata_file, number)
+                continue
+        data, start = carry + piece, 0
+        for match in _LINE_END.finditer(data):
+            if piece and match.end() == len(data) and data.endswith(b"\r"):
+                break  # a "\r" at the end may be half of a "\r\n": wait for the next piece
+            number += 1
+            yield number, _bounded(data[start : match.start()], metadata_file, number)
+            start = match.end()
+        carry = data[start:]
+        if not piece:
+            if carry:
+                yield number + 1, carry
+            return
+        _bounded(carry.rstrip(b"\r"), metadata_file, number + 1)  # (a "\r" waiting for its "\n" is no text)
+
+
+def _bounded(line: bytes, metadata_file: str, number: int) -> bytes:
+    if len(line) > MAX_METADATA_LINE:
+        raise MetadataError(
+            f"metadata file {metadata_file}, line {number}: longer than {MAX_METADATA_LINE} bytes "
+            "(a metadata file lists one document path per line; is this a document?)"
+        )
+    return line
 
 
 def iter_metadata(
@@ -81,42 +122,62 @@ def iter_metadata(
     """Stream the entries of every metadata file, in order.
 
     Lines are decoded one by one (a UTF-8 BOM on the first is dropped), so an undecodable
-    line is reported with its own number. ``opener`` lets the Beam runner read remote metadata
-    files (:func:`bert_data.storage.open_metadata`); ``digest`` (a hashlib object) is fed every
-    byte read, so a run can fingerprint exactly the metadata it used.
+    line is reported with its own number; lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r``. An
+    entry that cannot be a file name (a NUL byte, ...) is one line naming the file and line.
+    ``opener`` lets the Beam runner read remote metadata files
+    (:func:`bert_data.storage.open_metadata`); ``digest`` (a hashlib object) is fed every byte
+    read, so a run can fingerprint exactly the metadata it used.
     """
     prefix_remote = is_remote(prefix)
+    problem = unusable_path(prefix) if prefix else ""
+    if problem:
+        raise ConfigError(f"--input_files_prefix {shown(prefix)} {problem}; fix it")
+
+    def on_piece(piece: bytes) -> None:
+        if digest is not None:
+            digest.update(piece)
+        if on_bytes is not None:
+            on_bytes(len(piece))
+
     for metadata_file in metadata_files:
-        try:
-            handle = opener(metadata_file)
-        except FileNotFoundError:
-            raise MetadataError(f"metadata file {metadata_file} does not exist") from None
-        except IsADirectoryError:
-            raise MetadataError(f"metadata file {metadata_file} is a directory, not a file") from None
-        except OSError as exc:
-            raise MetadataError(f"metadata file {metadata_file} cannot be read ({exc.strerror})") from None
+        handle = _open_metadata(metadata_file, opener)
         with handle:
             if digest is not None:
                 digest.update(b"\0next metadata file\0")  # content only: the names are in the settings
-            for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_METADATA_LINE + 1), b""), start=1):
-                if len(raw) > MAX_METADATA_LINE:
-                    raise MetadataError(
-                        f"metadata file {metadata_file}, line {line_number}: longer than {MAX_METADATA_LINE} bytes "
-                        "(a metadata file lists one document path per line; is this a document?)"
-                    )
-                if digest is not None:
-                    digest.update(raw)
-                if on_bytes is not None:
-                    on_bytes(len(raw))
+            for line_number, raw in _metadata_lines(handle, metadata_file, on_piece):
                 if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise MetadataError(f"metadata file {metadata_file} is not UTF-8 text at line {line_number}") from None
+                    raise MetadataError(
+                        f"metadata file {metadata_file} is not UTF-8 text at line {line_number}; save it as UTF-8 "
+                        "(a document whose file name is not UTF-8 must be renamed)"
+                    ) from None
                 entry = line.strip()
                 if entry and entry[0] != "#":
-                    yield DocumentSource(_joined(entry, prefix, prefix_remote), metadata_file, line_number, entry)
+                    path = _joined(entry, prefix, prefix_remote)
+                    problem = unusable_path(path)
+                    if problem:
+                        raise MetadataError(
+                            f"{metadata_file}:{line_number}: the document path {shown(entry)} {problem}; "
+                            "fix or remove that line"
+                        )
+                    yield DocumentSource(path, metadata_file, line_number, entry)
+
+
+def _open_metadata(metadata_file: str, opener: Callable[[str], BinaryIO]) -> BinaryIO:
+    problem = unusable_path(metadata_file)
+    if problem:
+        raise MetadataError(f"metadata file {shown(metadata_file)} {problem}; give its real name")
+    try:
+        return opener(metadata_file)
+    except FileNotFoundError:
+        raise MetadataError(f"metadata file {metadata_file} does not exist") from None
+    except IsADirectoryError:
+        raise MetadataError(f"metadata file {metadata_file} is a directory, not a file") from None
+    except OSError as exc:
+        raise MetadataError(f"metadata file {metadata_file} cannot be read ({exc.strerror or exc})") from None
 
 
 def check_source(source: DocumentSource) -> os.stat_result:
@@ -128,25 +189,26 @@ def check_source(source: DocumentSource) -> os.stat_result:
     try:
         info = os.stat(source.path)
     except FileNotFoundError:
-        raise MetadataError(f"{source.where()}: document {source.path} does not exist") from None
+        raise MetadataError(f"{source.where()}: document {shown(source.path)} does not exist") from None
     except OSError as exc:
-        raise MetadataError(f"{source.where()}: document {source.path} cannot be accessed ({exc.strerror})") from None
+        raise MetadataError(f"{source.where()}: document {shown(source.path)} cannot be accessed ({exc.strerror})") from None
+    except ValueError as exc:  # a path the OS cannot take (iter_metadata refuses these first)
+        raise MetadataError(f"{source.where()}: document path {shown(source.path)} is not usable ({exc})") from None
     if stat.S_ISREG(info.st_mode) and not os.access(source.path, os.R_OK):
-        raise MetadataError(f"{source.where()}: document {source.path} is not readable (permission denied)")
+        raise MetadataError(f"{source.where()}: document {shown(source.path)} is not readable (permission denied)")
     return info
 
 
-def _sized(source: DocumentSource) -> int:
-    """Check one entry (:func:`check_source`) and return its size in bytes (0 when not a regular
-    file, or a URL: those are never split and are checked by the worker that reads them)."""
+def _checked(source: DocumentSource) -> Optional[os.stat_result]:
+    """Check one entry (:func:`check_source`) and return its stat, or None for a URL (those are
+    never split and are checked by the worker that reads them)."""
     if is_remote(source.path):
-        return 0
-    info = check_source(source)
-    return info.st_size if stat.S_ISREG(info.st_mode) else 0
+        return None
+    return check_source(source)
 
 
-def _sized_chunk(chunk: List[DocumentSource]) -> List[int]:
-    return [_sized(source) for source in chunk]
+def _checked_chunk(chunk: List[DocumentSource]) -> List[Optional[os.stat_result]]:
+    return [_checked(source) for source in chunk]
 
 
 @dataclass(frozen=True)
@@ -226,6 +288,8 @@ class MetadataSummary:
     total_bytes: int
     groups: int = 0
     metadata_sha256: str = ""  # of every metadata line read, in order: what --resume checks
+    documents_sha256: str = ""  # of every entry's size and mtime, in order (identity.DocumentsDigest)
+    newest_document: str = ""  # "MTIME_NS PATH (METADATA:LINE)": names a document edited since
 
 
 _STAT_CHUNK = 512  # entries checked at once by the scan's thread pool (stat releases the GIL)
@@ -239,6 +303,7 @@ def scan_metadata(
     opener: Callable[[str], BinaryIO] = _open_local,
     plan: Optional[GroupPlan] = None,
     on_group: Optional[Callable[[int, List[WorkItem]], None]] = None,
+    on_entry: Callable[[DocumentSource, int], None] = lambda source, size: None,  # every entry, its size (the NSP pool)
 ) -> MetadataSummary:
     """The one pass over the metadata before any work starts: every entry is checked (in
     parallel: stat is I/O bound, and slow on network file systems), duplicates are counted, and
@@ -249,13 +314,16 @@ def scan_metadata(
     Raises :class:`MetadataError` for a missing/unreadable document or when no metadata file
     lists any document. Remote entries (URLs) are not checked one by one: a round trip per
     document would dominate at cluster scale; a missing one fails its group instead. Duplicates
-    are counted with a bounded-memory fingerprint set (8 bytes per entry).
+    are entries naming the same file however spelled (:func:`bert_data.identity.file_identity`),
+    counted with a bounded-memory fingerprint set (8 bytes per entry). Each entry's size and
+    modification time go into ``documents_sha256``, which ``--resume`` compares.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     counts = Counter()
     seen: set = set()
     digest = hashlib.sha256()
+    documents = DocumentsDigest()
     started = last_log = time.monotonic()
 
     def selected() -> Iterator[DocumentSource]:
@@ -263,14 +331,14 @@ def scan_metadata(
             if select is None or select(source):
                 yield source
 
-    def chunks(pool) -> Iterator[Tuple[List[DocumentSource], List[int]]]:
-        """Chunks of entries with their sizes, in order; a few chunks stat'ed ahead in parallel."""
+    def chunks(pool) -> Iterator[Tuple[List[DocumentSource], List[Optional[os.stat_result]]]]:
+        """Chunks of entries with their stats, in order; a few chunks stat'ed ahead in parallel."""
         sources = selected()
         ahead: deque = deque()
         while True:
             chunk = list(islice(sources, _STAT_CHUNK))
             if chunk:
-                ahead.append((chunk, pool.submit(_sized_chunk, chunk)))
+                ahead.append((chunk, pool.submit(_checked_chunk, chunk)))
             if not ahead:
                 return
             if chunk and len(ahead) < 2 * _SCAN_THREADS:
@@ -280,14 +348,16 @@ def scan_metadata(
 
     def sized_entries(pool) -> Iterator[Tuple[DocumentSource, int]]:
         nonlocal last_log
-        for chunk, sizes in chunks(pool):
-            for source, size in zip(chunk, sizes):
+        for chunk, infos in chunks(pool):
+            for source, info in zip(chunk, infos):
+                size = info.st_size if info is not None and stat.S_ISREG(info.st_mode) else 0
                 counts["entries"] += 1
                 counts["bytes"] += size
-                path = source.path
-                key = hash(path if "://" in path and is_remote(path) else os.path.normpath(path))
+                key = hash(file_identity(info, source.path))
                 counts["duplicates"] += key in seen
                 seen.add(key)
+                documents.add(info, source.path, source.where)
+                on_entry(source, size)
                 yield source, size
             if time.monotonic() - last_log > 5:
                 last_log = time.monotonic()
@@ -310,7 +380,8 @@ def scan_metadata(
         )
     return MetadataSummary(
         entries=counts["entries"], duplicate_entries=counts["duplicates"], total_bytes=counts["bytes"],
-        groups=counts["groups"], metadata_sha256=digest.hexdigest(),
+        groups=counts["groups"], metadata_sha256=digest.hexdigest(), documents_sha256=documents.sha256,
+        newest_document=documents.newest_document,
     )
 
 
@@ -340,9 +411,11 @@ def iter_groups(sources: Iterable[DocumentSource], split_num: int) -> Iterator[T
 #   documents are added or removed, so a validation set never leaks into a later training set.
 #
 # The hash is ``blake2b(f"{seed}:{key}")`` read as a number uniform in ``[0, 1)``, where ``key`` is
-# the entry *as written in the metadata file* (normalised with ``os.path.normpath``), not joined
-# with ``--input_files_prefix``: moving the corpus to another directory does not change the
-# split. With ``--validation_fraction F`` a document is in validation when its hash is below
+# the entry's canonical spelling (:func:`bert_data.identity.entry_key`): its normalized path
+# relative to ``--input_files_prefix`` (an absolute entry under the prefix is made relative to
+# it), else its normalized absolute path. A relative entry is its own key whatever the prefix:
+# moving the corpus to another directory does not change the split, and ``docs/a.txt`` and
+# ``/corpus/docs/a.txt`` (prefix ``/corpus``) are one document on one side. With ``--validation_fraction F`` a document is in validation when its hash is below
 # ``F`` (so the validation size is about ``F`` times the number of documents, not exactly).
 # With ``--validation_count N`` the validation side holds exactly the ``N`` documents with the
 # smallest hashes (ties broken by the key). That is deterministic too, but stability under
@@ -355,7 +428,8 @@ def iter_groups(sources: Iterable[DocumentSource], split_num: int) -> Iterator[T
 
 
 def split_key(path: str) -> str:
-    """The text that is hashed for ``path``: ``./a//b.txt`` and ``a/b.txt`` are the same document."""
+    """The text that is hashed for ``path`` (an :func:`~bert_data.identity.entry_key`):
+    ``./a//b.txt`` and ``a/b.txt`` are the same document."""
     return os.path.normpath(path.strip())
 
 
@@ -387,13 +461,13 @@ def _check_sizes(n_docs: int, fraction: Optional[float], count: Optional[int]) -
             )
 
 
-def _unique(paths: Sequence[str]) -> Tuple[List[str], List[str], Counter]:
+def _unique(paths: Sequence[str], prefix: str = "") -> Tuple[List[str], List[str], Counter]:
     """(first occurrences in order, their keys, key -> number of occurrences)."""
     seen: Counter = Counter()
     unique: List[str] = []
     keys: List[str] = []
     for path in paths:
-        key = split_key(path)
+        key = entry_key(path, prefix)
         seen[key] += 1
         if seen[key] == 1:
             unique.append(path)
@@ -402,20 +476,23 @@ def _unique(paths: Sequence[str]) -> Tuple[List[str], List[str], Counter]:
 
 
 def assign_split(
-    paths: Sequence[str], fraction: Optional[float] = None, count: Optional[int] = None, seed: int = 0
+    paths: Sequence[str], fraction: Optional[float] = None, count: Optional[int] = None, seed: int = 0,
+    prefix: str = "",
 ) -> Tuple[List[str], List[str]]:
     """Split ``paths`` into ``(train, validation)`` by a seeded hash of each path.
 
     Exactly one of ``fraction`` (``0 < fraction < 1``: validation when the hash is below it)
     and ``count`` (``1 <= count < number of documents``: the ``count`` smallest hashes) must
-    be given. Both lists keep the input order; duplicates (same :func:`split_key`) appear once.
-    Raises :class:`~bert_data.errors.ConfigError` for a bad size, including a fraction that
-    leaves one side empty.
+    be given. Both lists keep the input order; duplicates (same
+    :func:`~bert_data.identity.entry_key` under ``prefix``) appear once. Raises
+    :class:`~bert_data.errors.ConfigError` for a bad size, including a fraction that leaves one
+    side empty.
 
     Library callers must pass the entries as written in the metadata (not joined with the
-    input prefix) to get the same split as the ``split_metadata`` tool.
+    input prefix) and the ``--input_files_prefix`` to get the split of the ``split_metadata``
+    tool and of ``create_tfrecords --validation_fraction``.
     """
-    unique, keys, _ = _unique(paths)
+    unique, keys, _ = _unique(paths, prefix)
     _check_sizes(len(unique), fraction, count)
     hashes = [split_hash(key, seed) for key in keys]
     if fraction is not None:
@@ -473,9 +550,12 @@ def split_metadata_files(
     count: Optional[int] = None,
     seed: int = 0,
     on_bytes: Optional[Callable[[int], None]] = None,
+    prefix: str = "",
 ) -> SplitResult:
     """Read the metadata files, split, write both outputs; nothing is written on an error.
-    ``on_bytes`` follows the reading (see :func:`iter_metadata`)."""
+    ``on_bytes`` follows the reading (see :func:`iter_metadata`); ``prefix`` is the
+    ``--input_files_prefix`` the entries are relative to (an absolute entry under it is hashed
+    as its path relative to it, as ``create_tfrecords`` does)."""
     if not metadata_files:
         raise ConfigError("--metadata_files is required: give one or more metadata files listing the documents")
     for flag, name in (("--train_name", train_name), ("--validation_name", validation_name)):
@@ -485,17 +565,16 @@ def split_metadata_files(
     validation_path = os.path.join(output_dir, validation_name)
     if os.path.realpath(train_path) == os.path.realpath(validation_path):
         raise ConfigError(f"--train_name and --validation_name both write {train_path}: give different names")
-    inputs = {os.path.realpath(m) for m in metadata_files}
+    inputs = [("one of the input metadata files", m) for m in metadata_files]
     for flag, path in (("--train_name", train_path), ("--validation_name", validation_path)):
-        if os.path.realpath(path) in inputs:
-            raise ConfigError(f"{flag}: {path} is one of the input metadata files; refusing to overwrite it")
+        refuse_writing_over_inputs(flag, [path], inputs, f"pass another --output_dir or {flag}")  # hard links too
 
     entries = [source.path for source in iter_metadata(metadata_files, "", on_bytes=on_bytes)]
     if not entries:
         raise MetadataError(f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)")
-    unique, keys, occurrences = _unique(entries)
+    unique, keys, occurrences = _unique(entries, prefix)
     duplicates = {path: occurrences[key] for path, key in zip(unique, keys) if occurrences[key] > 1}
-    train, validation = assign_split(unique, fraction=fraction, count=count, seed=seed)
+    train, validation = assign_split(unique, fraction=fraction, count=count, seed=seed, prefix=prefix)
 
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise OutputError(f"--output_dir {output_dir} exists and is not a directory")

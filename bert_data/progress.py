@@ -2,8 +2,10 @@
 
 ``run(config, on_start=progress.start, on_group=progress.update)``: ``start`` receives the
 :class:`~bert_data.metadata.MetadataSummary` (its ``total_bytes``, the input files' size, is the
-bar's total) and a live counter of input bytes read that the workers advance as they read (so
-the bar moves inside a long group too); ``update`` gets each finished
+bar's total) and a live counter of input bytes whose work is done, that the workers advance as
+each dupe pass of a unit is written (:class:`bert_data.group.WorkDone`: a ``1/dupe_factor``
+share of the unit's bytes a pass, so the bar moves inside a long group too and reaches 100% when
+the instances are written, not when the input has been read); ``update`` gets each finished
 :class:`~bert_data.runners.worker.GroupResult` in group order (documents, instances). The bar shows input
 bytes done of total with rate and ETA, plus documents read and instances written. It is drawn
 only on a terminal and never on stdout (the final summary line owns stdout); otherwise every
@@ -40,7 +42,8 @@ def format_postfix(documents_read: int, groups_done: int, instances: int) -> str
 
 
 class RunProgress:
-    """Input bytes done / total (rate, ETA), documents, instances; silent unless ``enabled``."""
+    """Input bytes whose instances are written / total (rate, ETA), documents, instances; silent
+    unless ``enabled``."""
 
     def __init__(
         self,
@@ -164,8 +167,11 @@ def _disk_bytes(directory: str, names: Any) -> Optional[int]:
 def run_summary(manifests: Mapping[str, Any], elapsed: float) -> str:
     """What a finished run tells its user on stdout, built from the manifests alone (so it says
     exactly what ``data_params.json`` records): per output (``""``, or ``train``/``validation``)
-    instances, documents, skips, shards, where and how long, then tokens, disk and the manifest's
-    path; last, the commands to check the records and to train on them."""
+    instances, documents, skips, shards (or BERT's named output files), where and how long, then
+    tokens, disk, the NSP balance and the manifest's path, then a ``warning:`` line for each way
+    the data is not what the settings make expected (:func:`bert_data.expectations.data_warnings`:
+    the balance, too few instances, no negatives, cut documents); last, the commands to check the
+    records and to train on them. ``create_tfrecords`` and ``create_pretraining_data`` both end so."""
     lines: List[str] = []
     for split, manifest in manifests.items():
         lines.extend(_output_summary(manifest, elapsed, split))
@@ -191,26 +197,59 @@ def _default_sentencizer(manifest: Any) -> bool:
 
 def _output_summary(manifest: Any, elapsed: float, split: str) -> List[str]:
     from .errors import plural
+    from .expectations import data_warnings, nsp_fact
 
     documents = manifest["documents"]
     skipped = documents["skipped"]
     shards = manifest.get("instances_per_shard", {})
     directory = str(manifest["output_dir"])
+    named = manifest.get("output_files")  # BERT's --output_file list (create_pretraining_data)
+    where = (f"{', '.join(named)} (manifest {manifest.get('manifest_path') or _named_manifest(named[0])})" if named
+             else f"{plural(len(shards), 'shard')} in {directory}")
     head = (
-        (f"{split}: " if split else "")
-        + f"wrote {plural(manifest['n_examples'], 'instance')} from {plural(manifest['n_docs'], 'document')} "
+        ("already complete: " if manifest.get("already_complete") else "")
+        + (f"{split}: " if split else "")
+        + f"wrote {plural(manifest['n_examples'], 'packed row' if 'packing_summary' in manifest else 'instance')} from {plural(manifest['n_docs'], 'document')} "
         f"({documents['read']} read, {sum(skipped.values())} skipped"
         + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
-        + f") into {plural(len(shards), 'shard')} in {directory} in {elapsed:.1f}s"
+        + f") into {where} in {elapsed:.1f}s"
     )
     facts = [f"{manifest.get('tokens', 0):,} tokens ({manifest.get('unk_rate', 0.0):.2%} [UNK])"]
-    disk = _disk_bytes(directory, shards)
+    disk = _named_disk_bytes(named) if named else _disk_bytes(directory, shards)
     if disk is not None:
         facts.append(f"{_human_bytes(disk)} on disk")
     input_bytes = manifest.get("input_bytes", 0)
     rate = f" at {input_bytes / elapsed / 1e6:.2f} MB/s" if elapsed > 0 and not split else ""  # a split run times both
     facts.append(f"{_human_bytes(input_bytes)} of input read{rate}")
-    return [head, "  " + ", ".join(facts) + f"; settings and counts in {_join(directory, 'data_params.json')}"]
+    nsp = nsp_fact(manifest)
+    if nsp:
+        facts.append(nsp)
+    counts = "" if named else f"; settings and counts in {_join(directory, 'data_params.json')}"
+    lines = [head, "  " + ", ".join(facts) + counts]
+    packing = manifest.get("packing_summary")
+    if isinstance(packing, dict):  # --packing: n_examples counts rows
+        lines.append(
+            f"  packed: {packing['instances']:,} instances in {packing['rows']:,} rows, "
+            f"{packing['average_sequences_per_row']:.4f} per row (bound {packing['speedup_bound']:.4f} = 1 / mean fill); "
+            f"padding {packing['padding_before']:.2%} -> {packing['padding_after']:.2%}; divide the batch size (or "
+            f"steps) by {packing['average_sequences_per_row']:.3f} to see as many instances per step (docs/packing.md)"
+        )
+    return lines + [f"warning: {warning}" for warning in data_warnings(manifest)]
+
+
+def _named_manifest(output_file: str) -> str:
+    from .output.naming import named_outputs_manifest_path
+
+    return named_outputs_manifest_path(output_file)
+
+
+def _named_disk_bytes(paths: Any) -> Optional[int]:
+    import os
+
+    try:
+        return sum(os.path.getsize(path) for path in paths)
+    except OSError:
+        return None
 
 
 def _join(directory: str, name: str) -> str:
@@ -222,12 +261,21 @@ def _next_steps(manifest: Any) -> str:
     directory = str(manifest["output_dir"])
     pattern = _join(directory, shard_glob(str(manifest.get("name", "examples"))))
     check = f"`inspect_tfrecords {directory} --stats`"
+    named = manifest.get("output_files")
+    if named:  # BERT's named output files: run_pretraining.py takes them comma-separated
+        pattern = ",".join(named)
+        check = f"`inspect_tfrecords {' '.join(named)} --stats`"
     if "://" in directory:  # inspect reads local paths
         check = "`inspect_tfrecords DIR --stats` on a local copy DIR of data_params.json and some or all shards"
     if manifest.get("record_schema") == "unmasked_tokens":
         return (f"next: train with the Model Zoo's BertMlmOnlyTfRecordsDynamicMaskProcessor (data_dir: {directory}); "
                 f"these token-string records are not read by inspect_tfrecords or bert_data's reader")
-    if manifest.get("record_schema", "nsp") in ("nsp", "sop"):
+    if str(manifest.get("record_schema", "")).endswith("_packed"):
+        k = manifest.get("max_sequences_per_pack", 3)
+        train = (f"bert_data.pretraining_dataset('{directory}', ...) with bert_data.reader.packed_attention_mask, or "
+                 f"Habana's MLPerf run_pretraining.py --enable_packed_data_mode (max_sequences_per_pack {k}; Habana's "
+                 f"model assumes 3)")
+    elif manifest.get("record_schema", "nsp") in ("nsp", "sop"):
         train = (f"run_pretraining.py --input_file='{pattern}' --max_seq_length={manifest['max_seq_length']} "
                  f"--max_predictions_per_seq={manifest['max_predictions_per_seq']}")
     else:

@@ -17,6 +17,11 @@ package to install (:class:`StorageError`, exit 2), raised where the URL is firs
 
 Object stores publish an object atomically when its upload closes, so :func:`atomic_create`
 needs no temporary name there; elsewhere it writes ``path.<random>.tmp`` and renames it.
+
+Two rules every tool shares live here too: no output names a file the run reads
+(:func:`refuse_writing_over_inputs`, through :func:`written_over_input`: real paths, and device
+and inode for hard links), and what a local path is when it is not a regular file
+(:func:`file_kind`: readers refuse FIFOs and devices rather than block on them).
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ import json
 import os
 import re
 import uuid
-from typing import IO, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import BertDataError
+from .errors import BertDataError, OutputError
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # Object stores: an upload is published whole or not at all, and there are no directories.
@@ -145,8 +150,18 @@ def open_read(path: str) -> IO[bytes]:
 
 
 def open_metadata(path: str) -> IO[bytes]:
-    """:func:`open_read` whose remote failures are OSErrors, as local ones are (metadata files may be remote)."""
+    """:func:`open_read` whose remote failures are OSErrors, as local ones are (metadata files may be remote).
+    A local FIFO (a named pipe, or ``<(command)``) is opened without waiting for a writer, so a
+    named pipe nobody writes to reads as empty instead of hanging the run."""
     if not is_remote(path):
+        import stat
+
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            import fcntl
+
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # then read blocking
+            return os.fdopen(fd, "rb")
         return open(path, "rb")
     try:
         return open_read(path)
@@ -291,3 +306,24 @@ def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def local_path_of(path: str) -> str:
+    """A ``file://`` URL as the local path it names; anything else unchanged."""
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def file_kind(path: str) -> Optional[str]:
+    """None when the local ``path`` is a regular file (symlinks followed), else what it is ("a
+    directory", "a FIFO", "a socket", "a device"): every reader that expects a file refuses the
+    others, since reading one could block (a FIFO nobody writes to) or never end (a device).
+    Raises :class:`OSError` when it cannot be stat'ed."""
+    import stat
+
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a device"

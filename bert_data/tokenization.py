@@ -85,9 +85,13 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     """Read a ``vocab.txt`` (one token per line, id = 0-based line index, UTF-8).
 
     Like the reference, each line has its surrounding whitespace stripped (for a valid vocabulary
-    this only removes the ``\\n`` / ``\\r\\n`` line ending).  Unlike the reference, which silently
-    accepts them, blank lines, duplicate tokens, an empty file and missing special tokens are
-    rejected with a :class:`~bert_data.errors.VocabError` naming the file and 1-based line.
+    this only removes the ``\\n`` / ``\\r\\n`` line ending). A ``\\r`` elsewhere (a CR-only file,
+    or a stray one) is refused: BERT's ``tf.gfile`` reader drops it, Python's text mode (Hugging
+    Face's ``BertTokenizer``) starts a new line (a new id) there and the ``tokenizers`` library
+    keeps it in the token, so no reading of such a file agrees with every model that uses it. Unlike the
+    reference, which silently accepts them, blank lines, duplicate tokens, an empty file and
+    missing special tokens are rejected with a :class:`~bert_data.errors.VocabError` naming the
+    file and 1-based line.
     """
     path = os.fspath(vocab_file)
     try:
@@ -96,6 +100,8 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
         raise VocabError(f"vocab file {path!r} does not exist") from None
     except OSError as e:
         raise VocabError(f"vocab file {path!r} cannot be read: {e.strerror or e}") from None
+    except ValueError as e:  # a NUL byte, or characters the file system encoding cannot write
+        raise VocabError(f"vocab file {path!r} is not a usable file name ({e}); give the path of vocab.txt") from None
     if stat.S_ISDIR(info.st_mode):
         raise VocabError(f"vocab file {path!r} is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):  # a FIFO would block, a device never end
@@ -128,6 +134,12 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
             raise VocabError(
                 f"vocab file {path!r}, line {lineno}: not valid UTF-8 ({e.reason} at byte {e.start})"
             ) from None
+        if "\r" in (line[:-1] if line.endswith("\r") else line):
+            raise VocabError(
+                f"vocab file {path!r}, line {lineno}: a carriage return (\\r) inside the line; vocabulary readers "
+                "disagree on it (BERT's drops it, Python's text mode starts a new token there, so ids would "
+                "differ): save the file with LF line ends, one token per line"
+            )
         if index == 0 and line.startswith("\ufeff"):
             raise VocabError(
                 f"vocab file {path!r}, line 1: starts with a UTF-8 byte-order mark; "

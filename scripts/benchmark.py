@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("BERT_DATA_SHARED", REPO.parent / "shared"))
-STAGES = ("read", "segment", "tokenize", "instances", "serialize", "write")
+STAGES = ("read", "pool", "segment", "tokenize", "instances", "serialize", "write")  # pool: the NSP negative pool, once per worker
 _BOMS = (  # longest first: UTF-32-LE's BOM starts with UTF-16-LE's
     (codecs.BOM_UTF32_LE, "utf-32-le"),
     (codecs.BOM_UTF32_BE, "utf-32-be"),
@@ -295,6 +295,7 @@ def child_main(spec_json: str) -> int:
         "documents_used": manifest["n_docs"],
         "instances": manifest["n_examples"],
         "tokens": manifest["tokens"],
+        "packing_summary": manifest.get("packing_summary"),  # --packing: padding before/after, depth, bound
         "peak_rss_coordinator_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_rss_largest_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
@@ -417,6 +418,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--split_num", type=int, default=1000)
     parser.add_argument("--num_output_files", type=int, default=10)
     parser.add_argument("--compression", choices=("none", "gzip"), default="none")
+    parser.add_argument("--packing", action="store_true", help="--packing (docs/packing.md)")
+    parser.add_argument("--max_sequences_per_pack", type=int, default=None, help="with --packing")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts, one result each")
     parser.add_argument("--runner", choices=("local", "dask"), default="local",
@@ -471,6 +474,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 }
                 if args.group_bytes:
                     spec["group_bytes"] = _size(args.group_bytes)
+                if args.packing:
+                    spec["packing"] = True
+                    if args.max_sequences_per_pack:
+                        spec["max_sequences_per_pack"] = args.max_sequences_per_pack
                 result = measure_once(spec, args.sample_ms / 1000.0)
                 if args.inspect is not None:
                     result["inspect_wall_s"] = {

@@ -30,6 +30,7 @@ from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 # Settings that say how/where a run happened, not what it produced.
 RUN_ONLY = {"output_dir", "overwrite", "runner", "num_workers"}
 RUN_ONLY |= {"vocab_path", "vocab_file", "metadata_files", "input_files_prefix"}  # named differently remotely
+RUN_ONLY |= {"inputs"}  # fingerprints: a URL document is not stat'ed (docs/reliability.md), a local one is
 
 
 def shard_bytes(out: Path) -> Dict[str, bytes]:

@@ -378,8 +378,8 @@ def test_one_sentence_single_document_is_nothing_usable(capsys, tmp_path, tiny_v
     line = run_error(capsys, base_args(metadata, tiny_vocab, tmp_path / "out"))
     assert line == (
         "create_tfrecords: error: no instance could be made from the 1 usable document (2 one-sentence "
-        "chunks had no partner; skipped: none); give more or longer documents per group (--split_num); "
-        "nothing was published"
+        "chunks had no partner; skipped: none); give more documents (a random B comes from another one), or "
+        "documents of more than one sentence; nothing was published"
     )
     assert not list((tmp_path / "out").glob("*.tfrecords"))
 

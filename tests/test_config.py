@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bert_data.tools.create import build_parser, config_from_args
-from bert_data.config import Config, most_workers, validate
+from bert_data.config import PACKING_SETTINGS, Config, most_workers, validate
 from bert_data.presets import PRESETS_DIR, build_config, effective_yaml, load_yaml_config, preset_names
 from bert_data.errors import ConfigError
 
@@ -309,7 +309,8 @@ def test_config_is_frozen_and_json_able():
         config.max_seq_length = 3  # type: ignore[misc]
     data = config.to_json()
     assert data["metadata_files"] == ["meta.txt"]
-    assert set(data) == {f for f in Config.__dataclass_fields__}
+    # negative_pool is derived by the plan; the packing settings are recorded only with --packing
+    assert set(data) == {f for f in Config.__dataclass_fields__} - {"negative_pool"} - PACKING_SETTINGS
 
 
 MLM = {"mlm_only": True}
@@ -441,7 +442,8 @@ def test_printed_config_reads_back_as_the_same_config(tmp_path, separator):
     text = effective_yaml(config, "--config p.yaml")
     assert text.startswith("# create_tfrecords effective settings: defaults < --config p.yaml < flags\n")
     data = yaml.safe_load(text)
-    assert "split_role" not in data and set(data) == set(Config.__dataclass_fields__) - {"split_role"}
+    assert "split_role" not in data and set(data) == (
+        set(Config.__dataclass_fields__) - {"split_role", "negative_pool"} - PACKING_SETTINGS)  # (only with --packing)
     preset = tmp_path / "printed.yaml"
     preset.write_text(text, encoding="utf-8")
     assert build_config({}, config_file=str(preset)) == config

@@ -16,7 +16,9 @@ import pytest
 from bert_data.tools.create import main
 from bert_data.format.schema import tf_feature_spec
 
+from bert_data.expectations import data_warnings
 from conftest import shared_file
+from record_stats import column_stats  # (tests/test_google_bert_cli.py and test_model_zoo_cli.py import it from here)
 
 
 def _stats(output_dir: Path, max_seq_length: int, max_pred: int, mask_id: int) -> dict:
@@ -30,24 +32,6 @@ def _stats(output_dir: Path, max_seq_length: int, max_pred: int, mask_id: int) -
         for name in spec:
             columns[name].append(batch[name].numpy())
     return column_stats({name: np.concatenate(parts) for name, parts in columns.items()}, max_seq_length, mask_id)
-
-
-def column_stats(c: dict, max_seq_length: int, mask_id: int) -> dict:
-    """The reference figures (definitions in reference_stats.json) of parsed records, by feature."""
-    real = c["input_mask"].sum(axis=1)
-    used = c["masked_lm_weights"] > 0
-    shown = np.take_along_axis(c["input_ids"], c["masked_lm_positions"], axis=1)[used]
-    original = c["masked_lm_ids"][used]
-    return {
-        "instances": len(real),
-        "mean_real_len": float(real.mean()),
-        "frac_full_len": float((real == max_seq_length).mean()),
-        "mean_masked": float(used.sum(axis=1).mean()),
-        "mask_frac_MASK": float((shown == mask_id).mean()),
-        "mask_frac_kept": float(((shown == original) & (shown != mask_id)).mean()),
-        "mask_frac_random": float(((shown != original) & (shown != mask_id)).mean()),
-        "nsp_random_frac": float(c["next_sentence_labels"].mean()),
-    }
 
 
 def test_statistics_match_reference_run(tmp_path: Path) -> None:
@@ -77,6 +61,9 @@ def test_statistics_match_reference_run(tmp_path: Path) -> None:
     assert got["instances"] == manifest["n_examples"]
     per_doc_per_dupe = got["instances"] / manifest["n_docs"] / params["dupe_factor"]
     assert manifest["n_docs"] == 2065
+    # every pair due a random B got one (the run's negative pool), and the run has nothing to warn about
+    assert manifest["nsp_negatives_unavailable"] == manifest["nsp_continuations_kept"] == 0
+    assert data_warnings(manifest) == []
     assert per_doc_per_dupe == pytest.approx(expected["instances_per_document_per_dupe"], rel=0.05)
     assert got["mean_real_len"] == pytest.approx(expected["mean_real_len"], rel=0.02)
     assert got["mean_masked"] == pytest.approx(expected["mean_masked"], rel=0.02)

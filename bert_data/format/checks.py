@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tu
 import numpy as np
 
 from . import batch_decode
-from .schema import SCHEMAS, FeatureSpec, feature_length, schema_from_names
+from .packed import instance_layout, is_packed, row_checks, unpack_rows
+from .schema import DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, FeatureSpec, feature_length, schema_from_names
 
 __all__ = [
     "PAIRED_LAYOUTS",
@@ -62,6 +63,11 @@ def is_masked(layout: Optional[str]) -> bool:
     return layout is not None and "masked_lm_positions" in layout_names(layout)
 
 
+def is_packed_layout(layout: Optional[str]) -> bool:
+    """Rows of several instances (``--packing``): :mod:`bert_data.format.packed`."""
+    return is_packed(layout)
+
+
 def layout_from_names(names: Iterable[str]) -> str:
     """The layout whose feature names are exactly ``names`` (``nsp`` for the NSP/SOP names);
     when none matches, the closest one (fewest missing plus unexpected features), so that a
@@ -89,7 +95,8 @@ def _kind(value: Any) -> str:
     return "int64_list"
 
 
-def structure_problem(example: Dict[str, Any], seq: int, pred: int, layout: str = "nsp") -> Optional[str]:
+def structure_problem(example: Dict[str, Any], seq: int, pred: int, layout: str = "nsp",
+                      pack: int = DEFAULT_SEQUENCES_PER_PACK) -> Optional[str]:
     """First problem with the feature names, dtypes and lengths of one decoded record
     (:func:`bert_data.format.example_wire.parse_example`) of the given layout, or None."""
     specs = layout_specs(layout)
@@ -105,7 +112,7 @@ def structure_problem(example: Dict[str, Any], seq: int, pred: int, layout: str 
         kind, want = _kind(value), _WANT_KIND[spec.dtype]
         if kind != want:
             return f"{spec.name} is a {kind}, expected a {want} ({spec.dtype})"
-        length = feature_length(spec, seq, pred)
+        length = feature_length(spec, seq, pred, pack)
         if len(value) != length:
             return f"{spec.name} has {len(value)} values, expected {length}"
     return None
@@ -160,6 +167,8 @@ def check_records(
     documents); it is ignored for the paired (NSP/SOP) layouts. ``vocab.sep`` as separator
     allows ``[SEP]`` inside MLM-only windows.
     """
+    if is_packed(layout):
+        return _check_packed(batch, vocab, layout, separator_id)
     paired, masked = is_paired(layout), is_masked(layout)
     ids = batch["input_ids"]
     mask = batch["input_mask"]
@@ -199,6 +208,26 @@ def check_records(
         checks.append((negative, "negative token id"))
         return checks
     return checks + _vocab_checks(batch, vocab, layout, separator_id, _Rows(real, run, len_a, prefix, safe_pos))
+
+
+def _check_packed(batch: Dict[str, np.ndarray], vocab: Optional[RecordVocab], layout: str,
+                  separator_id: Optional[int]) -> Checks:
+    """Packed rows: the row-level invariants (:func:`bert_data.format.packed.row_checks`), then
+    every instance of the rows that pass them, unpacked, with its own layout's checks (a row is
+    bad when one of its instances is)."""
+    checks = row_checks(batch, layout)
+    good = ~np.any([bad for bad, _ in checks], axis=0) if checks else np.ones(len(batch["input_ids"]), bool)
+    rows = {name: np.asarray(value)[good] for name, value in batch.items()}
+    base = instance_layout(layout)
+    seq = batch["input_ids"].shape[1]
+    slots = batch["masked_lm_positions"].shape[1]
+    instances = unpack_rows(rows, seq, slots, base in PAIRED_LAYOUTS)
+    row_of = np.repeat(np.flatnonzero(good), rows["input_mask"].max(axis=1) if len(rows["input_mask"]) else [])
+    for bad, message in check_records(instances, vocab, base, separator_id):
+        per_row = np.zeros(len(good), bool)
+        per_row[row_of[bad]] = True
+        checks.append((per_row, "an instance: " + message))
+    return checks
 
 
 def _prediction_checks(batch: Dict[str, np.ndarray], real: np.ndarray) -> Tuple[np.ndarray, np.ndarray, Checks]:
@@ -344,8 +373,8 @@ def clean_batch(
     gives, when the accelerator is built; else :func:`_clean_batch_numpy`. Both prove the same
     invariants (the tests check them against each other and against :func:`check_records`)."""
     n = len(batch["input_ids"])
-    if n == 0 or vocab.mask == 0:
-        return None
+    if n == 0 or vocab.mask == 0 or is_packed(layout):
+        return None  # packed rows: check_records (numpy) is the only path
     if batch_decode.wire() is not None:
         arrays = _c_arrays(batch, layout)
         if arrays is not None and kinds.dtype == np.uint8 and kinds.flags.c_contiguous and len(kinds) >= vocab.size:

@@ -12,6 +12,7 @@ and checking it against the shards actually found (:func:`verify_manifest`).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
@@ -23,9 +24,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .. import __version__
 from ..errors import RecordFormatError, plural
 from ..objectives import OBJECTIVE_OF_LAYOUT, layout_of, objective_of
-from ..output.naming import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, named_outputs_manifest_path, natural_key
-from .checks import is_masked, layout_names, layout_specs
-from .schema import SCHEMAS, TOKEN_SEQUENCES, feature_length, schema_description, schema_from_names
+from ..output.naming import (
+    MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, TFRECORD_SUFFIX, named_outputs_manifest_path, natural_key, shard_glob,
+)
+from .checks import is_masked, is_packed_layout, layout_names, layout_specs
+from .schema import (
+    DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, TOKEN_SEQUENCES, feature_length, schema_description, schema_from_names,
+)
 
 
 def file_sha256(path: str) -> str:
@@ -144,9 +149,21 @@ ReadText = Callable[[str], str]
 
 
 def _read_local_text(path: str) -> str:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(path)
-    with open(path, encoding="utf-8") as handle:
+    """A local manifest's text; a FIFO, device or directory of that name is an error (reading it
+    could block or never end), never taken for "no manifest"."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except NotADirectoryError:  # (FileNotFoundError too): no manifest
+        raise FileNotFoundError(path) from None
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # swapped for a FIFO since the stat: no wait
+    with open(fd, encoding="utf-8") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
         return handle.read()
 
 
@@ -201,6 +218,83 @@ def load_file_manifest(
     return None
 
 
+def listed_shard_names(data: Mapping[str, Any], suffix: str = TFRECORD_SUFFIX) -> List[str]:
+    """The shard file names a manifest (its JSON object) lists under ``instances_per_shard``
+    that a run of ours may have written beside it: plain file names (no directory part) named
+    like shards (:func:`~bert_data.output.naming.shard_glob`), in natural order. What
+    ``--overwrite`` removes besides the new run's own names; a damaged manifest lists none."""
+    per_shard = data.get("instances_per_shard")
+    if not isinstance(per_shard, dict):
+        return []
+    names = [
+        name for name in per_shard
+        if isinstance(name, str) and name == os.path.basename(name) and name not in ("", ".", "..")
+        and fnmatch.fnmatchcase(name, shard_glob(suffix=suffix))
+    ]
+    return sorted(names, key=natural_key)
+
+
+@dataclass(frozen=True)
+class ListedFiles:
+    """The record files the manifests of one directory list: what a reader of that directory
+    reads (never every file named like a shard: another run's may be there)."""
+
+    names: List[str]  # file names in the directory, in natural order
+    manifests: List[str]  # the manifests listing them
+
+    def unlisted_warning(self, directory: str, shard_like: Sequence[str]) -> Optional[str]:
+        """The warning naming the files of ``directory`` named like shards that no manifest lists
+        (they are not read), or None when there is none."""
+        listed = set(self.names)
+        unlisted = [f for f in shard_like if os.path.basename(f) not in listed]
+        if not unlisted:
+            return None
+        one = len(unlisted) == 1
+        shown = ", ".join(os.path.basename(f) for f in unlisted[:10])
+        more = f" and {len(unlisted) - 10} more" if len(unlisted) > 10 else ""
+        return (
+            f"{directory}: {plural(len(unlisted), 'file')} named like shards {'is' if one else 'are'} not listed in "
+            f"{' or '.join(self.manifests)} and {'was' if one else 'were'} not read: {shown}{more} (left over from "
+            "another run? they are not part of this output: move or remove them)"
+        )
+
+
+def listed_files(
+    directory: str, manifest: Optional[Manifest], named: Sequence[Tuple[str, Union[Dict[str, Any], str]]] = ()
+) -> Optional[ListedFiles]:
+    """The files the manifests of ``directory`` list: its ``data_params.json`` (``manifest``: the
+    keys of ``instances_per_shard``), else the hidden manifests of BERT-named output files
+    there (``named``: :func:`named_output_manifests`; their ``output_files`` that lie in it).
+    None when there is no manifest, or when ``data_params.json`` lists no file by name (then
+    the caller falls back to every file named like a shard, and checking the manifest says
+    what is wrong with it)."""
+    if manifest is not None:
+        per_shard = manifest.data.get("instances_per_shard")
+        if not isinstance(per_shard, dict) or not per_shard:
+            return None
+        names = {os.path.basename(str(name)) for name in per_shard}
+        return ListedFiles(sorted(names, key=natural_key), [manifest.path])
+    found: set = set()
+    paths: List[str] = []
+    real = os.path.realpath(directory)
+    for path, data in named:
+        outputs = data.get("output_files") if isinstance(data, dict) else None
+        mine = [o for o in outputs if isinstance(o, str) and os.path.realpath(os.path.dirname(o) or ".") == real] \
+            if isinstance(outputs, list) else []
+        if mine:
+            found.update(os.path.basename(o) for o in mine)
+            paths.append(path)
+    return ListedFiles(sorted(found, key=natural_key), paths) if paths else None
+
+
+def listed_count(manifest: Optional[Manifest], path: str) -> Optional[int]:
+    """The records ``manifest`` says the file ``path`` holds (``instances_per_shard``, keyed by
+    file name), or None when it does not list the file with an integer count."""
+    per_shard = manifest.data.get("instances_per_shard") if manifest is not None else None
+    count = per_shard.get(os.path.basename(path)) if isinstance(per_shard, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
 def load_manifest(directory: str, read_text: Optional[ReadText] = None) -> Optional[Manifest]:
     """The ``data_params.json`` of ``directory``, or None when there is none.
 
@@ -234,7 +328,7 @@ def _flag_layout(data: Mapping[str, Any]) -> Optional[str]:
     flags = [data.get(k) for k in ("mlm_only", "sentence_order_prediction", "disable_masking")]
     if not all(isinstance(v, bool) for v in flags):
         return None
-    return layout_of(*flags)
+    return layout_of(*flags, packing=data.get("packing") is True)
 
 
 def manifest_layout(manifest: Manifest) -> Tuple[Optional[str], str, Optional[str]]:
@@ -351,10 +445,11 @@ def _check_records_fields(manifest: Manifest, observed: ObservedShards, bad: Lis
             bad.append(f"{key} is missing or not a positive integer ({d.get(key)!r})")
     if seq and observed.seq_length is not None and observed.seq_length != seq:
         bad.append(f"max_seq_length is {seq} but the records' input_ids have {observed.seq_length} values")
-    if pred and is_masked(layout) and observed.pred_length is not None and observed.pred_length != pred:
+    pack = sequences_per_pack(d) if is_packed_layout(layout) else 0
+    if pred and is_masked(layout) and observed.pred_length is not None and observed.pred_length != pred + pack:
         bad.append(
-            f"max_predictions_per_seq is {pred} but the records' masked_lm_positions have "
-            f"{observed.pred_length} values"
+            f"max_predictions_per_seq is {pred}" + (f" (+ max_sequences_per_pack {pack}: packed rows)" if pack else "")
+            + f" but the records' masked_lm_positions have {observed.pred_length} values"
         )
     if layout is not None:
         objective = d.get("objective")
@@ -371,10 +466,17 @@ def _check_records_fields(manifest: Manifest, observed: ObservedShards, bad: Lis
             )
     schema = d.get("schema")
     if isinstance(schema, dict) and seq and (pred or not needs_pred):
-        bad.extend(_schema_problems(schema, layout, seq, pred or 0))
+        bad.extend(_schema_problems(schema, layout, seq, pred or 0, sequences_per_pack(d)))
 
 
-def _schema_problems(schema: Dict[str, Any], layout: Optional[str], seq: int, pred: int) -> List[str]:
+def sequences_per_pack(data: Mapping[str, Any]) -> int:
+    """``max_sequences_per_pack`` of a packed run's manifest (3, the default, when absent)."""
+    value = data.get("max_sequences_per_pack")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_SEQUENCES_PER_PACK
+
+
+def _schema_problems(schema: Dict[str, Any], layout: Optional[str], seq: int, pred: int,
+                     pack: int = DEFAULT_SEQUENCES_PER_PACK) -> List[str]:
     """What is wrong with the manifest's ``schema`` description for records of ``layout``."""
     if layout is None:
         try:
@@ -387,7 +489,7 @@ def _schema_problems(schema: Dict[str, Any], layout: Optional[str], seq: int, pr
     problems = []
     for spec in layout_specs(layout):
         entry = schema[spec.name] if isinstance(schema[spec.name], dict) else {}
-        want = feature_length(spec, seq, pred)
+        want = feature_length(spec, seq, pred, pack)
         if entry.get("dtype") != spec.dtype or entry.get("length") != want:
             problems.append(
                 f"schema entry {spec.name} is {entry.get('dtype')}[{entry.get('length')}], expected {spec.dtype}[{want}]"

@@ -40,7 +40,9 @@ from ..format.checks import (
     token_kind_table,
 )
 from ..format.example_wire import parse_example
-from ..format.schema import feature_length
+from ..format.manifest import sequences_per_pack
+from ..format.packed import instance_layout, is_packed, unpack_rows
+from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, feature_length
 from . import InspectError
 from .inputs import Group, VocabInfo, detect_compression
 
@@ -88,6 +90,12 @@ def _grow_add(hist: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return hist
 
 
+def group_pack(group: Group) -> int:
+    """``max_sequences_per_pack`` of a directory's packed records (its manifest's; else 3)."""
+    manifest = getattr(group, "manifest", None)
+    return sequences_per_pack(manifest.data) if manifest is not None else DEFAULT_SEQUENCES_PER_PACK
+
+
 class Accumulator:
     """The statistics of every record read so far, and the reasons the bad ones are bad.
 
@@ -107,6 +115,9 @@ class Accumulator:
         self.composition = np.zeros(3, np.int64)  # [MASK], kept, random
         self.real_tokens = 0
         self.unk_tokens = 0
+        self.depth_hist = np.zeros(1, np.int64)  # packed rows by their instances (--packing)
+        self.row_tokens = 0  # real tokens of the packed rows read
+        self.row_slots = 0  # token slots of the packed rows read
         self._kinds: Optional[np.ndarray] = None
         self._kinds_key: Any = None
 
@@ -128,6 +139,9 @@ class Accumulator:
         self.composition += other.composition
         self.real_tokens += other.real_tokens
         self.unk_tokens += other.unk_tokens
+        self.depth_hist = _grow_add(self.depth_hist, other.depth_hist)
+        self.row_tokens += other.row_tokens
+        self.row_slots += other.row_slots
 
     def add_bad(self, where: str, messages: List[str]) -> None:
         self.bad += 1
@@ -179,6 +193,17 @@ class Accumulator:
         self._accumulate(batch if ok.all() else {name: a[ok] for name, a in batch.items()}, layout, separator_id)
 
     def _accumulate(self, b: Dict[str, np.ndarray], layout: str, separator_id: Optional[int] = None) -> None:
+        if is_packed(layout):  # valid packed rows: the rows' depth and fill, then their instances
+            mask = b["input_mask"]
+            depth = mask.max(axis=1)
+            self.depth_hist = _grow_add(self.depth_hist, np.bincount(depth))
+            self.row_tokens += int(np.count_nonzero(mask))
+            self.row_slots += mask.size
+            base = instance_layout(layout)
+            instances = unpack_rows(b, mask.shape[1], b["masked_lm_positions"].shape[1], base in ("nsp", "sop"))
+            self.valid -= len(instances["input_ids"]) - len(mask)  # valid counts rows; the instances are added next
+            self._accumulate(instances, base, separator_id)
+            return
         ids, mask = b["input_ids"], b["input_mask"]
         n, seq = ids.shape
         self.valid += n
@@ -354,7 +379,7 @@ class _FileReader:
         if group.seq is None:
             problem: Optional[str] = structure_problem(example, 0, 0, layout) or "missing feature(s)"
         else:
-            problem = structure_problem(example, group.seq, group.pred or 0, layout)
+            problem = structure_problem(example, group.seq, group.pred or 0, layout, group_pack(group))
         if problem:
             bad.append((i, [problem]))
         else:
@@ -366,5 +391,6 @@ class _FileReader:
             group = self.group
             assert group.layout is not None and group.seq is not None
             specs = sorted(layout_specs(group.layout), key=lambda spec: spec.name)
-            self.features = [(s.name, s.dtype, feature_length(s, group.seq, group.pred or 0)) for s in specs]
+            self.features = [(s.name, s.dtype, feature_length(s, group.seq, group.pred or 0, group_pack(group)))
+                             for s in specs]
         return self.features

@@ -1,6 +1,8 @@
 """What ``inspect_tfrecords`` inspects: the files, the directory each lies in, the vocabulary.
 
-* :func:`resolve_inputs`: the files named by PATH arguments (files, globs, output directories);
+* :func:`resolve_inputs`: the files named by PATH arguments (files, globs, output directories:
+  exactly the files a directory's manifest lists, :func:`directory_files`), regular files only
+  (a FIFO would block, a device never end);
 * :class:`Group`: one directory's files: its ``data_params.json`` (if any), the record layout
   and lengths they are checked against, and what reading them found;
 * :class:`VocabInfo`: the vocabulary ids are decoded with, loaded by the writer's own strict
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -23,18 +26,21 @@ from ..format.manifest import (
     Separator,
     file_sha256,
     load_file_manifest,
+    listed_files,
     load_manifest,
     manifest_layout,
     named_output_manifests,
     manifest_separator,
 )
 from ..format.tfrecord import tfrecord_compression
-from ..output.naming import natural_key
+from ..output.naming import natural_key, shard_glob
+from ..storage import file_kind
 from . import InspectError
 
 __all__ = [
     "InputFile",
     "resolve_inputs",
+    "directory_files",
     "detect_compression",
     "file_directory",
     "VocabInfo",
@@ -58,25 +64,73 @@ class InputFile:
     dir_given: bool  # found by listing a directory PATH
 
 
-def resolve_inputs(paths: Sequence[str]) -> Tuple[List[InputFile], List[str]]:
-    """Files to read (in order, without duplicates) and the directories given as PATH."""
+def _regular(path: str, where: str = "") -> str:
+    """``path``, or :class:`InspectError` (exit 2) when it is not a regular file."""
+    try:
+        kind = file_kind(path)
+    except OSError as exc:
+        raise InspectError(f"{path}{where}: cannot be read ({exc.strerror or exc})") from None
+    if kind is not None:
+        raise InspectError(f"{path}{where} is {kind}, not a TFRecord file; give regular files (or an output directory)")
+    return path
+
+
+def _shard_like(directory: str) -> List[str]:
+    """The entries of ``directory`` named like shards (:func:`~bert_data.output.naming.shard_glob`),
+    in natural order; sub-directories so named are left out."""
+    found = glob.glob(os.path.join(glob.escape(directory), shard_glob()))
+    return sorted((f for f in found if not os.path.isdir(f)), key=natural_key)
+
+
+def directory_files(directory: str, notes: Optional[List[str]] = None) -> List[str]:
+    """The record files an output directory holds: exactly those its manifest lists (its
+    ``data_params.json``, else the hidden manifests of BERT-named output files there:
+    :func:`~bert_data.format.manifest.listed_files`), in natural order, so shards left over from
+    another run are never read as data; every file named like a shard when there is no
+    manifest. Listed files that are missing are left out (checking the directory against its
+    manifest reports them); files named like shards that no manifest lists are named in a
+    warning added to ``notes``. Raises :class:`InspectError` for a file to read that is not a
+    regular file (a FIFO would block)."""
+    manifest = load_manifest(directory)
+    listed = listed_files(directory, manifest, () if manifest is not None else named_output_manifests(directory))
+    shard_like = _shard_like(directory)
+    if listed is None:
+        return [_regular(f, " (in an output directory)") for f in shard_like]
+    files = []
+    for name in listed.names:
+        path = os.path.join(directory, name)
+        if os.path.lexists(path):
+            files.append(_regular(path, f" (listed in {listed.manifests[0]})"))
+    warning = listed.unlisted_warning(directory, shard_like)
+    if warning and notes is not None:
+        notes.append(warning)
+    return files
+
+
+def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> Tuple[List[InputFile], List[str]]:
+    """Files to read (in order, without duplicates) and the directories given as PATH.
+
+    A directory stands for the files its manifest lists (:func:`directory_files`; warnings about
+    files it holds but does not list go to ``notes``); a glob for the regular files it matches.
+    A PATH or a match that is not a regular file (a FIFO, a socket, a device) is an
+    :class:`InspectError`: reading it could block or never end."""
     files: List[InputFile] = []
     dirs: List[str] = []
     seen = set()
     for p in paths:
         if os.path.isdir(p):
-            found = sorted(glob.glob(os.path.join(glob.escape(p), "*.tfrecords")), key=natural_key)
-            found = [f for f in found if os.path.isfile(f)]
+            found = directory_files(p, notes)
             if not found:
-                raise InspectError(f"{p}: directory holds no *.tfrecords files")
+                raise InspectError(f"{p}: directory holds no {shard_glob()} files")
             dirs.append(os.path.realpath(p))
             from_dir = True
         elif os.path.exists(p):
-            found, from_dir = [p], False
+            found, from_dir = [_regular(p)], False
         elif glob.has_magic(p):
-            found = sorted((f for f in glob.glob(p) if os.path.isfile(f)), key=natural_key)
+            found = sorted((f for f in glob.glob(p) if not os.path.isdir(f)), key=natural_key)
             if not found:
                 raise InspectError(f"{p}: no file matches")
+            found = [_regular(f, f" (matched by {p})") for f in found]
             from_dir = False
         else:
             raise InspectError(f"{p}: no such file or directory")
@@ -90,9 +144,14 @@ def resolve_inputs(paths: Sequence[str]) -> Tuple[List[InputFile], List[str]]:
 
 
 def detect_compression(path: str) -> str:
-    """``"gzip"`` or ``"none"`` (:func:`bert_data.format.tfrecord.tfrecord_compression`)."""
+    """``"gzip"`` or ``"none"`` (:func:`bert_data.format.tfrecord.tfrecord_compression`). The file
+    is opened without waiting (had it become a FIFO since it was listed, the open must not block)
+    and must be a regular file."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise InspectError(f"{path} is not a regular file; give TFRecord files")
             head = handle.read(12)
     except OSError as exc:
         raise InspectError(f"{path}: cannot be read ({exc.strerror or exc})") from None

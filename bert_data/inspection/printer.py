@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 import numpy as np
 
 from ..errors import RecordFormatError
-from ..format.checks import check_records, is_masked, is_paired, layout_names, structure_problem
+from ..format.checks import check_records, is_masked, is_packed_layout, is_paired, layout_names, structure_problem
 from ..format.example_wire import parse_example
 from ..format.tfrecord import iter_records
 from . import InspectError
@@ -40,9 +40,10 @@ def _real_tokens(example: Dict[str, Any], vocab: VocabInfo) -> List[Tuple[int, s
     ids = np.asarray(example["input_ids"])
     mask = np.asarray(example["input_mask"])
     original = _predicted_originals(example)
+    packed = "positions" in example  # packed rows (--packing): input_mask is the instance, 1..k
     out = []
     for i in range(len(ids)):
-        if mask[i] != 1:
+        if mask[i] != 1 and not (packed and mask[i] > 1):
             continue
         token = vocab.token(int(ids[i]))
         if i in original:
@@ -105,6 +106,14 @@ def _problems(example: Dict[str, Any], group: Group, vocab: VocabInfo) -> List[s
 
 def _header(where: str, arrays: Dict[str, np.ndarray], layout: str) -> str:
     """``PATH record I: real/length tokens, predictions, label``."""
+    if is_packed_layout(layout):
+        mask = np.asarray(arrays["input_mask"])
+        header = where + f": {int((mask != 0).sum())}/{len(arrays['input_ids'])} tokens in {int(mask.max())} instances"
+        labels = arrays.get("next_sentence_labels")
+        if labels is not None:
+            header += f", labels {[int(x) for x in np.asarray(labels)[: int(mask.max())]]}"
+        weights = arrays.get("masked_lm_weights", np.zeros(0))
+        return header + ", " + plural(int((weights != 0).sum()), "prediction")
     header = where + f": {int((arrays['input_mask'] == 1).sum())}/{len(arrays['input_ids'])} tokens"
     if is_masked(layout):
         weights = arrays.get("masked_lm_weights", np.zeros(0))

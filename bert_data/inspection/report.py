@@ -12,11 +12,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import plural  # noqa: F401  (re-exported: report text uses it)
+from ..expectations import NSP_RANDOM_BAND
 
 from ..format.checks import is_masked
 from . import InspectError
 
-__all__ = ["PLOT_INSTALL_HINT", "format_stats", "import_pyplot", "plural", "shard_rows", "write_plot"]
+__all__ = ["PLOT_INSTALL_HINT", "format_stats", "import_pyplot", "plural", "shard_rows", "verdict", "write_plot"]
 
 PLOT_INSTALL_HINT = "--plot needs matplotlib: pip install 'bert_data[plot]'"
 
@@ -40,8 +41,17 @@ def _pct(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}%"
 
 
+def verdict(report: Dict[str, Any]) -> str:
+    """``OK``, ``WARNINGS`` (every record valid, but the data is not what its settings make
+    expected: see ``data_warnings``) or ``FAILED``; never OK over a warning about the data."""
+    if "verdict" in report:
+        return report["verdict"]
+    return "FAILED" if not report.get("ok") else "WARNINGS" if report.get("data_warnings") else "OK"
+
+
 def format_stats(report: Dict[str, Any]) -> str:
-    """The human-readable report printed by ``--stats`` (last line ``OK`` or ``FAILED``)."""
+    """The human-readable report printed by ``--stats`` (last line ``OK``, ``WARNINGS: ...`` or
+    ``FAILED``)."""
     out: List[str] = []
     files = report["files"]
     comp = Counter(f["compression"] for f in files)
@@ -59,6 +69,14 @@ def format_stats(report: Dict[str, Any]) -> str:
         if layout is None or is_masked(layout):
             lengths += f", max_predictions_per_seq {entry['max_predictions_per_seq']}"
         out.append(f"{lengths} (from {entry['from'] or 'nowhere: no record readable'})")
+    packing = report.get("packing")
+    if packing is not None:
+        by_depth = ", ".join(f"{k}: {v}" for k, v in packing["rows_by_sequences"].items())
+        out.append(
+            f"packed rows: {packing['rows']} holding {packing['instances']} instances, "
+            f"{packing['average_sequences_per_row']} per row (rows by instances {by_depth}); "
+            f"padding {packing['padding']:.2%}; the statistics below are per instance"
+        )
     rl = report["real_length"]
     out.append(f"real length (tokens incl. [CLS]/[SEP]): min {rl['min']}, mean {rl['mean']}, max {rl['max']}")
     out += _text_histogram(np.asarray(rl["histogram"]))
@@ -98,6 +116,8 @@ def format_stats(report: Dict[str, Any]) -> str:
         out.append(f"checked against {m['path']}" + ("" if m["n_examples_checked"] else " (n_examples not checked)"))
     for w in report["warnings"]:
         out.append(f"warning: {w}")
+    for w in report.get("data_warnings", []):
+        out.append(f"warning: {w}")
     for p in report["manifest_problems"]:
         out.append(f"MISMATCH: {p}")
     if report["bad_records"]:
@@ -106,7 +126,11 @@ def format_stats(report: Dict[str, Any]) -> str:
             out.append(f"  {count} x {reason}")
         out.append("  first ones:")
         out += [f"    {r}" for r in report["bad_reasons"]]
-    out.append("OK" if report["ok"] else "FAILED")
+    word = verdict(report)
+    if word == "WARNINGS":
+        word = (f"WARNINGS: {plural(len(report['data_warnings']), 'warning')} about the data above "
+                f"(every record is valid; the data is not what its settings make expected)")
+    out.append(word)
     return "\n".join(out)
 
 
@@ -147,11 +171,12 @@ def write_plot(
     _plot_composition(axes[1][0], report)
     _plot_unk(axes[1][1], report, shards or [])
     _plot_summary(axes[1][2], report)
-    ok = report.get("ok")
+    word = verdict(report)
+    title = {"OK": "OK", "FAILED": "FAILED, see the text report"}.get(
+        word, f"WARNINGS ({len(report.get('data_warnings', []))}), see the text report")
     fig.suptitle(
-        f"{report['instances']} instances ({report.get('record_schema') or 'no layout'}): "
-        + ("OK" if ok else "FAILED, see the text report"),
-        fontsize=13, color="#2a7d2a" if ok else "#b22222",
+        f"{report['instances']} instances ({report.get('record_schema') or 'no layout'}): " + title,
+        fontsize=13, color={"OK": "#2a7d2a", "FAILED": "#b22222"}.get(word, "#c77c00"),
     )
     fig.tight_layout()
     try:
@@ -208,7 +233,7 @@ def _plot_labels(ax: Any, report: Dict[str, Any]) -> None:
     nsp, sop = report.get("nsp"), report.get("sop")
     if nsp is not None:
         _bars(ax, ["is next (0)", "random (1)"], [nsp["is_next"], nsp["random_next"]], [0.5, 0.5],
-              "NSP labels (dashed: 50%; 50-60% random is normal)")
+              f"NSP labels (dashed: 50%; {NSP_RANDOM_BAND[0]:.0%}-{NSP_RANDOM_BAND[1]:.0%} random is BERT's)")
     elif sop is not None:
         _bars(ax, ["in order (0)", "swapped (1)"], [sop["in_order"], sop["swapped"]], [0.5, 0.5],
               "SOP labels (dashed: 50%)")
@@ -254,11 +279,13 @@ def _plot_summary(ax: Any, report: Dict[str, Any]) -> None:
         f"valid: {report['valid_instances']}, bad: {report['bad_records']}",
         f"schema: {report.get('record_schema')}",
         f"manifest mismatches: {len(report['manifest_problems'])}",
-        f"warnings: {len(report['warnings'])}",
+        f"warnings: {len(report['warnings']) + len(report.get('data_warnings', []))}",
     ]
+    for warning in report.get("data_warnings", [])[:3]:
+        lines.append(f"  ! {warning[:52]}")
     for reason, count in list(report["bad_reason_counts"].items())[:4]:
         lines.append(f"  {count} x {reason[:48]}")
     ax.axis("off")
     ax.set_title("summary", fontsize=10)
     ax.text(0.02, 0.95, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=9, transform=ax.transAxes,
-            color=_BLUE if report.get("ok") else _RED)
+            color=_BLUE if verdict(report) == "OK" else _RED)

@@ -22,8 +22,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..expectations import data_warnings
 from ..format.checks import is_masked
 from ..format.manifest import verify_manifest
+from ..format.packed import instance_layout, is_packed
 from .file_stats import MAX_REASONS, Accumulator, FileResult, Progress, keep_freed_memory, read_file
 from .inputs import Group, Groups, InputFile, VocabInfo, vocab_differs
 from .parallel import read_files_in_parallel, worker_count
@@ -170,11 +172,30 @@ def _build_report(groups: Dict[str, Group], results: List[FileResult], vocab: Op
         "manifest_problems": problems,
         "warnings": warnings,
     }
-    report.update(_label_stats(acc, layouts))
+    report["packing"] = _packing_stats(acc) if any(is_packed(x) for x in layouts) else None
+    report.update(_label_stats(acc, {instance_layout(x) if is_packed(x) else x for x in layouts}))
     if vocab is not None:
         report.update(_vocab_stats(acc, any_masked))
+    report["data_warnings"] = _data_warnings(groups, report)
     report["ok"] = acc.bad == 0 and not problems
+    # the verdict never says OK over a warning about the data (the records may still all be valid)
+    report["verdict"] = "FAILED" if not report["ok"] else "WARNINGS" if report["data_warnings"] else "OK"
     return report
+
+
+def _data_warnings(groups: Dict[str, Group], report: Dict[str, Any]) -> List[str]:
+    """How the data differs from what its settings make expected
+    (:func:`bert_data.expectations.data_warnings`): per manifest, from its counters, and with
+    one manifest (or none) from the NSP labels actually read."""
+    nsp = report.get("nsp")
+    random_next = nsp["random_next"] if nsp else None
+    instances = nsp["random_next"] + nsp["is_next"] if nsp else None
+    manifests = [g.manifest for g in groups.values() if g.manifest is not None]
+    if not manifests:
+        return data_warnings({"record_schema": "nsp"}, random_next, instances) if nsp else []
+    if len(manifests) == 1:
+        return data_warnings(manifests[0].data, random_next, instances)
+    return [f"{m.path}: {w}" for m in manifests for w in data_warnings(m.data)]
 
 
 def _lengths_entry(g: Group) -> Dict[str, Any]:
@@ -185,6 +206,20 @@ def _lengths_entry(g: Group) -> Dict[str, Any]:
         "max_seq_length": g.seq,
         "max_predictions_per_seq": g.pred if g.layout is None or is_masked(g.layout) else None,
         "from": g.lengths_from,
+    }
+
+
+def _packing_stats(acc: Accumulator) -> Dict[str, Any]:
+    """Packed rows (``--packing``): rows by instances, the average, and the padding left."""
+    depth = acc.depth_hist
+    rows = int(depth.sum())
+    instances = int((depth * np.arange(len(depth))).sum())
+    return {
+        "rows": rows,
+        "instances": instances,
+        "average_sequences_per_row": round(instances / rows, 4) if rows else 0.0,
+        "rows_by_sequences": {str(k): int(v) for k, v in enumerate(depth.tolist()) if v},
+        "padding": round(1 - acc.row_tokens / acc.row_slots, 6) if acc.row_slots else 0.0,
     }
 
 

@@ -26,6 +26,7 @@ from typing import Callable, Dict, Mapping, Optional
 
 from .. import storage
 from ..errors import ResumeError
+from ..identity import newest_described, newest_mtime
 from .naming import MANIFEST_NAME, RUN_FILE, index_group
 
 MAX_JOURNAL_BYTES = 64 << 20  # run.json and progress.json are a few KB (~30 bytes a shard)
@@ -34,6 +35,7 @@ _INDEX_THREADS = 16
 # What a change of each input fingerprint means, in the user's words.
 INPUT_CHANGES = {
     "metadata_sha256": "the metadata files' content changed",
+    "documents_sha256": "a listed document's size or modification time changed",
     "vocab_sha256": "--vocab_file's content changed",
     "segmenter": "the sentence segmenter (spaCy or its model) changed",
     "tokenizers": "the tokenizers library changed",
@@ -113,16 +115,36 @@ def check_run_file(previous: Mapping, settings: Mapping, path: str) -> None:
         raise damaged(path, "inputs is not a mapping of fingerprints")
 
 
+# Fingerprints that only help name a change (never compared themselves), and those that say
+# nothing more once another has changed (the documents of another metadata list differ anyway).
+NAMING_ONLY = {"newest_document"}
+IMPLIED_BY = {"documents_sha256": "metadata_sha256"}
+
+
 def check_same_inputs(current: Mapping[str, str], previous: object, where: str) -> None:
     """--resume refuses, naming what changed, when the inputs differ from the earlier run's."""
     if not isinstance(previous, dict):
         return  # damage: the run-file check says so
-    changed = [INPUT_CHANGES.get(k, k) for k in sorted(set(current) | set(previous)) if current.get(k) != previous.get(k)]
+    differ = {k for k in set(current) | set(previous) if k not in NAMING_ONLY and current.get(k) != previous.get(k)}
+    differ -= {k for k, cause in IMPLIED_BY.items() if cause in differ}
+    changed = [_input_change(k, current, previous) for k in sorted(differ)]
     if changed:
         raise ResumeError(
             f"--resume refused: {'; '.join(changed)} since the interrupted run ({where}); restore it, or start "
             f"over with --overwrite"
         )
+
+
+def _input_change(key: str, current: Mapping[str, str], previous: Mapping) -> str:
+    """What a changed fingerprint means; for the documents, the one edited since the earlier run
+    when it is the newest file now (an edit makes a file newer than any the run saw)."""
+    if key not in previous:
+        return f"the interrupted run did not record {key} (an older bert_data)"
+    if key == "documents_sha256":
+        before, now = newest_mtime(previous.get("newest_document")), newest_mtime(current.get("newest_document"))
+        if now is not None and (before is None or now > before):
+            return f"the listed document {newest_described(current['newest_document'])} was modified"
+    return INPUT_CHANGES.get(key, key)
 
 
 def check_same_settings(current: Mapping, previous: Mapping, where: str) -> None:

@@ -28,8 +28,9 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 from ..errors import OutputError, ResumeError, plural
 from ..faults import crash_point
 from ..format.containers import require_concatenation
-from ..format.manifest import load_manifest
-from ..storage import write_json_atomically
+from ..format.manifest import ManifestError, listed_shard_names, load_manifest
+from ..identity import written_over_input
+from ..storage import is_remote, local_path_of, write_json_atomically
 from .fragment import Segment, copy_range
 from .journal import check_progress, damaged, read_journal, resume_point
 from .lock import output_lock
@@ -119,17 +120,73 @@ class ShardAssembler:
         self._fds = []
 
 
-def prepare_output_dir(output_dir: str, name: str, overwrite: bool, suffix: str) -> str:
+def run_inputs(config) -> List[Tuple[str, str]]:
+    """``(flag, path)`` of the files a run names as its inputs (metadata files, the vocabulary):
+    what preparing its output must never remove or replace."""
+    named = [("--metadata_files", path) for path in config.metadata_files]
+    named += [("--validation_metadata_files", path) for path in getattr(config, "validation_metadata_files", ())]
+    if config.vocab_file:
+        named.append(("--vocab_file", config.vocab_file))
+    return named
+
+
+def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Optional[Mapping]) -> List[str]:
+    """The entries of an output directory a fresh run removes (with ``--overwrite``) or replaces:
+    the manifest, the files named like this run's shards, and the shards the previous run's
+    manifest (``previous``, its JSON object) lists, whatever their ``--name``, so that no reader
+    finds them beside the new run's (:func:`~bert_data.format.manifest.listed_shard_names`)."""
+    listed = set(listed_shard_names(previous, suffix)) if previous is not None else set()
+    return [e for e in entries if e == MANIFEST_NAME or is_shard_of(e, name, suffix) or e in listed]
+
+
+def refuse_replacing_inputs(
+    output_dir: str, targets: Sequence[str], work_dir: str, inputs: Sequence[Tuple[str, str]]
+) -> None:
+    """An input (``(flag, path)``) that preparing ``output_dir`` would remove or replace (one of
+    ``targets``: a metadata file named like a shard, say, or anything inside ``work_dir``) is
+    one line, before anything is touched: for a local directory and a URL alike."""
+    found = written_over_input(targets, inputs)
+    if found is None:
+        remote = is_remote(work_dir)
+        work = work_dir.rstrip("/") + "/" if remote else os.path.realpath(work_dir) + os.sep
+        found = next(
+            ((work_dir, flag, path) for flag, path in inputs
+             if (path if remote else os.path.realpath(path)).startswith(work)),
+            None,
+        )
+    if found is not None:
+        target, flag, path = found
+        same = target == work_dir or os.path.abspath(local_path_of(path)) == os.path.abspath(local_path_of(target))
+        what = "" if same else f" (the same file as {target})"
+        where = f"inside {work_dir}, " if target == work_dir else ""
+        raise OutputError(
+            f"{flag} {path}{what} is {where}a file that a run in --output_dir {output_dir} replaces or removes "
+            f"(the manifest, files named like shards, the work directory); move it out of {output_dir} and run again"
+        )
+
+
+def prepare_output_dir(
+    output_dir: str, name: str, overwrite: bool, suffix: str, inputs: Sequence[Tuple[str, str]] = ()
+) -> str:
     """Check/clear the output directory and return a fresh work directory inside it.
 
     A non-empty directory is an error unless ``overwrite``; then only what a run of ours
-    owns is removed (the manifest first, so nothing half-deleted looks complete), never
-    unrelated files.
+    owns is removed (the manifest first, so nothing half-deleted looks complete; then
+    :func:`replaced_files`: this run's name pattern and every shard the previous manifest
+    lists), never unrelated files, and never one of the run's ``inputs`` (``(flag, path)``:
+    :func:`run_inputs`), which is refused instead.
     """
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise OutputError(f"--output_dir {output_dir} exists and is not a directory")
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
-    if os.path.isdir(output_dir) and [e for e in os.listdir(output_dir) if e != LOCK_NAME]:
+    entries = [e for e in os.listdir(output_dir) if e != LOCK_NAME] if os.path.isdir(output_dir) else []
+    if entries:
+        try:
+            previous = load_manifest(output_dir)
+        except ManifestError:
+            previous = None  # unreadable: only this run's name pattern is known to be ours
+        doomed = replaced_files(entries, name, suffix, previous.data if previous is not None else None)
+        refuse_replacing_inputs(output_dir, [os.path.join(output_dir, e) for e in doomed], work_dir, inputs)
         if not overwrite:
             if os.path.isdir(work_dir):
                 raise OutputError(
@@ -139,12 +196,10 @@ def prepare_output_dir(output_dir: str, name: str, overwrite: bool, suffix: str)
             raise OutputError(
                 f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
             )
-        manifest = os.path.join(output_dir, MANIFEST_NAME)
-        if os.path.exists(manifest):
-            os.unlink(manifest)
-        for entry in os.listdir(output_dir):
-            if is_shard_of(entry, name, suffix):
-                os.unlink(os.path.join(output_dir, entry))
+        for entry in sorted(doomed, key=lambda e: e != MANIFEST_NAME):  # the manifest first
+            path = os.path.join(output_dir, entry)
+            if os.path.lexists(path) and not os.path.isdir(path):
+                os.unlink(path)
     try:
         os.makedirs(output_dir, exist_ok=True)
         if os.path.exists(work_dir):
@@ -251,9 +306,19 @@ class LocalDirOutput:
             log.info("resuming %s at group %d", self.output_dir, self.next_group)
             stats = Counter(state["stats"])
         else:
-            prepare_output_dir(self.output_dir, config.name, config.overwrite, self.container.suffix)
-            write_json_atomically(os.path.join(self.work_dir, RUN_FILE), dict(settings))
-            self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names)
+            prepare_output_dir(self.output_dir, config.name, config.overwrite, self.container.suffix, run_inputs(config))
+            try:
+                write_json_atomically(os.path.join(self.work_dir, RUN_FILE), dict(settings))
+                self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names)
+            except KeyboardInterrupt:  # (Ctrl-C, a stop signal) before the journal: as if never begun
+                self.discard()
+                raise
+            except OSError as exc:  # (a full disk, a quota): nothing is done, so nothing may block the rerun
+                self.discard()
+                raise OutputError(
+                    f"--output_dir {self.output_dir} cannot be written ({exc.strerror or exc}); nothing was written: "
+                    f"free space and run the same command again"
+                ) from None
             stats = Counter()
         # Each attempt writes fragments into a directory of its own: anything an earlier, killed
         # attempt left behind (or a worker of it still writing) is never read.

@@ -28,8 +28,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..config import output_settings
 from ..errors import ConfigError, OutputError, ResumeError
 from ..faults import crash_point
+from ..identity import documents_fingerprint
+from ..identity import refuse_writing_over_inputs
 from ..storage import write_json_atomically
-from .journal import check_published_files, read_journal
+from .journal import check_published_files, check_same_inputs, read_journal
 from .local_dir import LocalDirOutput
 from .naming import MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, WORK_DIR_NAME, named_outputs_manifest_path, staging_dir
 
@@ -86,15 +88,19 @@ def _check_listable(path: str, flag: str) -> None:
         raise ConfigError(f"{flag}: the file name {path!r} has a line break or surrounding blanks; rename the file")
 
 
-def check_output_files(value: str, inputs: Sequence[str], vocab_file: str, flag: str = "--output_file") -> List[str]:
+def check_output_files(
+    value: str, inputs: Sequence[str], vocab_file: str, flag: str = "--output_file", flagfiles: Sequence[str] = ()
+) -> List[str]:
     """BERT's ``--output_file`` (one path or a comma-separated list) as absolute paths, refused with
-    one line when an entry is empty, a URL, a directory, inside a file, repeated, one of the inputs
-    or the vocabulary, or too long a name for the staging directory and manifest beside it."""
+    one line when an entry is empty, a URL, a directory, inside a file, repeated, or too long a
+    name for the staging directory and manifest beside it; and when it, the manifest or the
+    staging directory beside it names a file the run reads (an input, the vocabulary, a
+    ``--flagfile``: :func:`bert_data.identity.refuse_writing_over_inputs`, hard links too)."""
     entries = value.split(",")
     if not value or any(not entry.strip() for entry in entries):
         raise ConfigError(f"{flag} {value!r} has an empty entry; give one file or a comma-separated list of files")
-    protected = {os.path.realpath(p): "an input file" for p in inputs}
-    protected[os.path.realpath(vocab_file)] = "--vocab_file"
+    protected = [("an input file", p) for p in inputs] + [("--vocab_file", vocab_file)]
+    protected += [("a --flagfile", p) for p in flagfiles]
     seen: Dict[str, int] = {}
     outputs: List[str] = []
     for position, entry in enumerate(entries, start=1):
@@ -106,14 +112,21 @@ def check_output_files(value: str, inputs: Sequence[str], vocab_file: str, flag:
         real = os.path.realpath(path)
         if real in seen:
             raise ConfigError(f"{flag}: {entry} is given twice (entries {seen[real]} and {position}); name each file once")
-        if real in protected:
-            raise ConfigError(f"{flag} {entry} is {protected[real]}; refusing to overwrite it")
+        refuse_writing_over_inputs(f"{flag}", [entry], protected, "name another output file")
         seen[real] = position
         _check_parent(path, entry, flag)
         outputs.append(path)
     longest = f".{os.path.basename(outputs[0])}{NAMED_MANIFEST_SUFFIX}.tmp"
     if len(longest.encode("utf-8", "surrogateescape")) > MAX_FILE_NAME_BYTES:
         raise ConfigError(f"{flag} {entries[0]}: the file name is too long for the manifest beside it; shorten it")
+    beside, staging = named_outputs_manifest_path(outputs[0]), staging_dir(outputs[0])
+    refuse_writing_over_inputs(f"the manifest beside {flag}", [beside], protected, "name another output file")
+    for what, path in protected:  # the staging directory is removed when the run is published
+        if os.path.realpath(path).startswith(os.path.realpath(staging) + os.sep):
+            raise OutputError(
+                f"{what} {path} is inside {staging}, the work directory of {flag} {entries[0]}, which the run removes; "
+                "move it elsewhere"
+            )
     return outputs
 
 
@@ -157,10 +170,28 @@ def already_published(config, named: NamedFiles) -> Optional[Dict]:
     except ResumeError:
         raise ResumeError(f"--resume: {beside} cannot be read as a manifest; run again without --resume") from None
     check_published_files(output_settings(config), manifest, named.outputs, named.outputs[0])
+    _check_same_documents(config, named, manifest, beside)
     missing = [out for out in named.outputs if not os.path.isfile(out)]
     if missing:
         raise ResumeError(f"--resume: {missing[0]} is missing; run again without --resume")
     return dict(manifest, already_complete=True)
+
+
+def _check_same_documents(config, named: NamedFiles, manifest: Mapping, beside: str) -> None:
+    """A finished run is this run only while its documents are the ones it read: the same
+    ``--input_file`` list, and each file's size and modification time as its scan recorded them
+    (what a resumed unfinished run checks, :func:`~bert_data.output.journal.check_same_inputs`)."""
+    files = list(named.extra_manifest.get("create_pretraining_data", {}).get("input_files", []))
+    published = manifest.get("create_pretraining_data")
+    if isinstance(published, dict) and list(published.get("input_files") or []) != files:
+        raise ResumeError(f"--resume: --input_file matches other files than {named.outputs[0]} was made from; "
+                          "run again without --resume")
+    listed = config.metadata_files[0]  # the staging run's list of the input files, as its scan named them
+    documents, newest = documents_fingerprint((path, f"{listed}:{n}") for n, path in enumerate(files, start=1))
+    previous = manifest.get("inputs")
+    keys = ("documents_sha256", "newest_document")
+    recorded = {k: previous[k] for k in keys if k in previous} if isinstance(previous, dict) else previous
+    check_same_inputs(dict(zip(keys, (documents, newest))), recorded, beside)
 
 
 class NamedFilesOutput(LocalDirOutput):

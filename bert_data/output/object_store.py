@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .. import storage
 from ..errors import BertDataError, OutputError
@@ -34,29 +34,47 @@ from ..faults import crash_point
 from ..format.containers import require_concatenation
 from .fragment import copy_runs
 from .journal import load_index, resume_point
-from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, is_shard_of, shard_file_names
+from .local_dir import refuse_replacing_inputs, replaced_files, run_inputs
+from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
 
 log = logging.getLogger("bert_data")
 
 SHARD_THREADS = 4  # shards assembled at once by the coordinator (each reads ahead FETCH_THREADS chunks)
 
 
-def prepare_remote_output_dir(output_dir: str, name: str, overwrite: bool, suffix: str) -> str:
+def prepare_remote_output_dir(
+    output_dir: str, name: str, overwrite: bool, suffix: str, inputs: Sequence[Tuple[str, str]] = ()
+) -> str:
     """:func:`bert_data.output.local_dir.prepare_output_dir` for a URL ``output_dir``: only files
-    a run of ours owns are removed (the manifest first), and only with ``overwrite``."""
+    a run of ours owns are removed (the manifest first; then
+    :func:`~bert_data.output.local_dir.replaced_files`: this run's name pattern and every shard
+    the previous manifest lists), only with ``overwrite``, and never one of ``inputs``."""
     work_dir = storage.join(output_dir, WORK_DIR_NAME)
     top = storage.listing(storage.join(output_dir, "*"))
     work = _work_files(work_dir)
+    by_name = {p.rstrip("/").rsplit("/", 1)[-1]: p for p in top}
+    doomed = replaced_files(by_name, name, suffix, _previous_manifest(output_dir) if MANIFEST_NAME in by_name else None)
+    refuse_replacing_inputs(output_dir, [by_name[e] for e in doomed] + work, work_dir, inputs)
     if (top or work) and not overwrite:
         raise OutputError(
             f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
         )
     if overwrite:
         storage.delete([storage.join(output_dir, MANIFEST_NAME)])
-        storage.delete([p for p in top if is_shard_of(p.rstrip("/").rsplit("/", 1)[-1], name, suffix)])
+        storage.delete([by_name[e] for e in doomed if e != MANIFEST_NAME])
         if work:
             storage.delete(work, only_existing=False)
     return work_dir
+
+
+def _previous_manifest(output_dir: str) -> Optional[Mapping]:
+    """The JSON object of the manifest a previous run left in ``output_dir``, or None when it
+    cannot be read as one (then only this run's name pattern is known to be ours)."""
+    try:
+        data = json.loads(storage.read_bytes(storage.join(output_dir, MANIFEST_NAME)))
+    except Exception:  # noqa: BLE001 - any store error or bad JSON: nothing listed
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _work_files(work_dir: str) -> List[str]:
@@ -136,7 +154,9 @@ class ObjectStoreOutput:
     def prepare(self, settings: Mapping, planned_groups: int) -> Optional[Counter]:
         config = self.config
         if not config.resume:
-            prepare_remote_output_dir(self.output_dir, config.name, config.overwrite, self.container.suffix)
+            prepare_remote_output_dir(
+                self.output_dir, config.name, config.overwrite, self.container.suffix, run_inputs(config)
+            )
             storage.write_json_atomically(storage.join(self.work_dir, RUN_FILE), dict(settings))
             return Counter()
         if resume_point(self.output_dir, self.work_dir, settings) is None:

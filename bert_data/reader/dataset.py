@@ -10,15 +10,22 @@
   (the original repeats the evaluation data forever, for a fixed number of TPU eval steps;
   here a Keras-style finite pass is returned, call ``.repeat()`` for the original behaviour);
 * then parse with the schema of :mod:`bert_data.format.schema` (the one the writer uses), cast
-  every int64 feature to int32, ``batch(batch_size, drop_remainder=True)``, prefetch.
+  every int64 feature to int32, ``batch(batch_size, drop_remainder=True)`` (``drop_remainder``
+  is the original's, always True: static batch shapes for TPU/XLA; ``drop_remainder=False``
+  keeps the last, smaller batch, so that an evaluation pass or a record count sees every
+  record), prefetch.
 
 Additions: ``file_pattern`` may be a glob, a comma-separated list of globs (as the original
-``--input_file``), a list of globs or an output directory (its ``*.tfrecords``); GZIP files
-are detected per file (:func:`bert_data.format.tfrecord.tfrecord_compression`); per-worker sharding of the *files* (before the
-interleave) from a ``tf.distribute.InputContext`` or explicit ``num_shards``/``shard_index``;
-and a ``data_params.json`` found beside the files is checked against the requested
-``max_seq_length``/``max_predictions_per_seq``, so a mismatch fails at once with a clear
-message instead of a parse error deep inside a training step.
+``--input_file``), a list of globs or an output directory (exactly the files its manifest
+lists: :mod:`bert_data.reader.files`); GZIP files are detected per file
+(:func:`bert_data.format.tfrecord.tfrecord_compression`); per-worker sharding of the *files*
+(before the interleave) from a ``tf.distribute.InputContext`` or explicit
+``num_shards``/``shard_index``; a ``data_params.json`` found beside the files is checked
+against the requested ``max_seq_length``/``max_predictions_per_seq``, so a mismatch fails at
+once with a clear message instead of a parse error deep inside a training step; and each file
+a manifest lists is checked to hold the records listed when it ends
+(:func:`~bert_data.reader.files.count_checked`: a shard cut at a record boundary is an error
+naming it, not a silently shorter epoch).
 
 Settings other than the sizes are grouped in two frozen option objects, :class:`ReaderOptions`
 (pipeline, sharding, checks) and :class:`~bert_data.reader.dynamic_masking.DynamicMaskingOptions`;
@@ -29,16 +36,14 @@ were grouped.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, RecordFormatError, plural
-from ..format.manifest import Manifest, load_manifest, manifest_layout, manifest_separator
-from ..format.schema import SCHEMAS, tf_feature_spec
-from ..format.tfrecord import tfrecord_compression
-from ..output.naming import natural_key
+from ..format.manifest import Manifest, manifest_layout, manifest_separator, sequences_per_pack
+from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, tf_feature_spec
 from .dynamic_masking import DynamicMaskingOptions, Masker, masker_from_options
+from .files import FilePattern, FileSet, compressions, count_checked, detect_compression, resolve_files, resolve_reads
 
 COMPRESSION_CHOICES = ("auto", "gzip", "none")
 
@@ -51,9 +56,6 @@ __all__ = [
     "detect_compression",
     "check_manifests",
 ]
-
-FilePattern = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
-
 
 def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -75,12 +77,16 @@ class ReaderOptions:
     shuffle_buffer: int = 100  # the record shuffle of a training pipeline
     cycle_length: Optional[int] = None  # files read at once in training (default min(num_cpu_threads, files))
     seed: Optional[int] = None  # reproducible training order and dynamic masks
-    check_manifest: bool = True  # compare data_params.json with the sizes asked for
+    check_manifest: bool = True  # read a directory's manifest-listed files, check sizes and record counts against it
     record_schema: Optional[str] = None  # a key of SCHEMAS; default: the manifest's, else "nsp"
     nsp_compatible: bool = False  # add zero segment_ids/next_sentence_labels to MLM-only examples
+    drop_remainder: bool = True  # as run_pretraining.py: static batch shapes; False keeps a last, smaller batch
 
     def __post_init__(self) -> None:
         _positive_int("num_cpu_threads", self.num_cpu_threads)
+        for name in ("check_manifest", "nsp_compatible", "drop_remainder"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         _positive_int("shuffle_buffer", self.shuffle_buffer)
         if self.cycle_length is not None:
             _positive_int("cycle_length", self.cycle_length)
@@ -128,82 +134,14 @@ def _resolve_options(
     return options, masking
 
 
-def resolve_files(file_pattern: FilePattern) -> List[str]:
-    """Every file matched, each pattern's matches in natural order, duplicates removed.
-
-    A directory stands for the ``*.tfrecords`` inside it; a string that is not a directory is
-    split on commas. Raises :class:`RecordFormatError` naming the pattern when nothing matches.
-    """
-    import tensorflow as tf
-
-    if isinstance(file_pattern, (str, os.PathLike)):
-        text = os.fspath(file_pattern)
-        patterns = [text] if tf.io.gfile.isdir(text) else [p for p in text.split(",") if p.strip()]
-    else:
-        patterns = [os.fspath(p) for p in file_pattern]
-    if not patterns:
-        raise RecordFormatError(f"no TFRecord files: empty file pattern {file_pattern!r}")
-    files: List[str] = []
-    seen = set()
-    for pattern in patterns:
-        pattern = pattern.strip()
-        glob = os.path.join(pattern, "*.tfrecords") if tf.io.gfile.isdir(pattern) else pattern
-        matches = [m for m in tf.io.gfile.glob(glob) if not tf.io.gfile.isdir(m)]
-        if not matches:
-            raise RecordFormatError(f"no TFRecord files match {glob!r}")
-        for match in sorted(matches, key=natural_key):
-            if match not in seen:
-                seen.add(match)
-                files.append(match)
-    return files
-
-
-def detect_compression(path: str) -> str:
-    """``"GZIP"`` or ``""`` (TensorFlow's names), from the first 12 bytes of the file, with the
-    rule every reader of this package uses (:func:`bert_data.format.tfrecord.tfrecord_compression`:
-    a plain file whose first record length starts with the gzip magic bytes is plain)."""
-    import tensorflow as tf
-
-    try:
-        with tf.io.gfile.GFile(path, "rb") as handle:
-            head = handle.read(12)
-    except (OSError, tf.errors.OpError) as exc:
-        raise RecordFormatError(f"cannot read TFRecord file {path} ({exc})") from None
-    return "GZIP" if tfrecord_compression(head) == "gzip" else ""
-
-
-def _compressions(files: Sequence[str], compression: str) -> List[str]:
-    if compression == "auto":
-        return [detect_compression(f) for f in files]
-    return ["GZIP" if compression == "gzip" else ""] * len(files)
-
-
 # --- data_params.json -----------------------------------------------------------------------
 
 
-def _gfile_read_text(path: str) -> str:
-    """:func:`~bert_data.format.manifest.load_manifest`'s reader for every filesystem
-    ``tf.io.gfile`` knows (local, ``gs://``, ...)."""
-    import tensorflow as tf
-
-    try:
-        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-            raise FileNotFoundError(path)
-        with tf.io.gfile.GFile(path, "r") as handle:
-            return handle.read()
-    except tf.errors.OpError as exc:
-        raise OSError(str(exc)) from None
-
-
 def _load_manifests(files: Sequence[str]) -> List[Manifest]:
-    """The ``data_params.json`` beside the files, one per directory, in order. Raises
-    :class:`~bert_data.format.manifest.ManifestError` for one that cannot be used."""
-    found = []
-    for directory in dict.fromkeys(os.path.dirname(f) for f in files):
-        manifest = load_manifest(directory, read_text=_gfile_read_text)
-        if manifest is not None:
-            found.append(manifest)
-    return found
+    """The manifests describing the files (:func:`~bert_data.reader.files.resolve_reads`), each
+    once, in order. Raises :class:`~bert_data.format.manifest.ManifestError` for one that cannot
+    be used."""
+    return resolve_reads(list(files)).manifests
 
 
 def _check_manifest_sizes(
@@ -227,6 +165,16 @@ def check_manifests(
     """Compare the ``data_params.json`` beside each file's directory with the requested sizes
     (``max_predictions_per_seq`` only with ``check_predictions``: unmasked records have none)."""
     _check_manifest_sizes(_load_manifests(files), max_seq_length, max_predictions_per_seq, check_predictions)
+
+
+def _sequences_per_pack(manifests: Sequence[Manifest], record_schema: str) -> int:
+    """Packed rows: the manifests' ``max_sequences_per_pack`` (one value for every file read)."""
+    if not record_schema.endswith("_packed"):
+        return DEFAULT_SEQUENCES_PER_PACK
+    found = {sequences_per_pack(m.data) for m in manifests} or {DEFAULT_SEQUENCES_PER_PACK}
+    if len(found) > 1:
+        raise RecordFormatError(f"the files mix max_sequences_per_pack {sorted(found)}; read them separately")
+    return found.pop()
 
 
 def _manifest_record_schema(manifest: Manifest) -> str:
@@ -257,14 +205,17 @@ def _resolve_record_schema(record_schema: Optional[str], manifests: Sequence[Man
 
 
 def decode_record(
-    record_bytes: Any, max_seq_length: int, max_predictions_per_seq: int, record_schema: str = "nsp"
+    record_bytes: Any, max_seq_length: int, max_predictions_per_seq: int, record_schema: str = "nsp",
+    max_sequences_per_pack: int = DEFAULT_SEQUENCES_PER_PACK,
 ) -> Dict[str, Any]:
     """One serialized ``tf.train.Example`` -> feature dict, every int64 cast to int32 (as run_pretraining.py).
 
-    ``record_schema`` names the features to parse (a key of :data:`bert_data.format.schema.SCHEMAS`)."""
+    ``record_schema`` names the features to parse (a key of :data:`bert_data.format.schema.SCHEMAS`);
+    packed rows (``*_packed``) have ``max_predictions_per_seq + max_sequences_per_pack`` prediction
+    slots and ``max_sequences_per_pack`` NSP slots."""
     import tensorflow as tf
 
-    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq, SCHEMAS[record_schema])
+    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq, SCHEMAS[record_schema], max_sequences_per_pack)
     example = tf.io.parse_single_example(record_bytes, spec)
     for name in list(example.keys()):
         tensor = example[name]
@@ -313,7 +264,12 @@ def pretraining_dataset(
     Record layouts (``record_schema``, default: the layout the ``data_params.json`` beside the
     files names, else ``"nsp"``): ``"nsp"``/``"sop"`` (the 7 BERT features), ``"mlm_only"``
     (``--mlm_only``: no ``segment_ids``/``next_sentence_labels``) and ``"unmasked"``
-    (``--mlm_only --disable_masking``: ``input_ids``/``input_mask`` only).
+    (``--mlm_only --disable_masking``: ``input_ids``/``input_mask`` only); with ``--packing``,
+    ``"nsp_packed"``/``"sop_packed"``/``"mlm_only_packed"``: Habana's MLPerf packed rows, whose
+    ``input_mask`` is each token's instance (1..k, 0 on padding) and ``positions`` its position in
+    its instance; build the block-diagonal attention mask with
+    :func:`bert_data.reader.packed_attention_mask` and pass ``positions`` as the position ids
+    (docs/packing.md).
 
     Dynamic masking (``"unmasked"`` records only) masks every example in the pipeline, before
     batching, as the writer would (:mod:`bert_data.reader.dynamic_masking`: 80/10/10,
@@ -330,12 +286,22 @@ def pretraining_dataset(
 
     ``batch_size`` is the batch of *this* pipeline (with ``tf.distribute``, pass the per-replica
     batch, e.g. ``context.get_per_replica_batch_size(global_batch)``). Training data repeats
-    forever; evaluation data is one ordered pass. Incomplete final batches are dropped.
+    forever; evaluation data is one ordered pass. An incomplete final batch is dropped, as
+    run_pretraining.py's ``input_fn`` does (``drop_remainder=True``: every batch has the static
+    shape TPU/XLA needs); ``drop_remainder=False`` keeps it, so that an evaluation pass or a
+    record count sees every record (the batch dimension is then ``None``).
     ``seed`` makes the training order reproducible (seeded shuffles, deterministic interleave).
 
-    Raises :class:`RecordFormatError` when no file matches or a ``data_params.json`` beside the
-    files disagrees with ``max_seq_length``/``max_predictions_per_seq``, and :class:`ConfigError`
-    for bad arguments (including a shard that would get no file).
+    An output directory is read as its manifest describes it: exactly the files listed there
+    (a warning names other files named like shards, which are not read), each checked to hold
+    the records listed when it ends (else the iterator raises ``InvalidArgumentError`` naming
+    the file and both counts); ``check_manifest=False`` reads every ``*.tfrecords`` of it and
+    checks nothing against the manifest.
+
+    Raises :class:`RecordFormatError` when no file matches, a listed file is missing, a local
+    file is not a regular file (a FIFO would block) or a ``data_params.json`` beside the files
+    disagrees with ``max_seq_length``/``max_predictions_per_seq``, and :class:`ConfigError` for
+    bad arguments (including a shard that would get no file).
     """
     import tensorflow as tf
 
@@ -348,48 +314,56 @@ def pretraining_dataset(
         _positive_int(name, value)
     num_shards, shard_index = _shard_args(options)
 
-    files = resolve_files(file_pattern)
-    manifests = _load_manifests(files) if options.check_manifest else []
+    found = resolve_reads(file_pattern, use_manifest=options.check_manifest)
+    files, manifests = found.files, found.manifests
     record_schema = _resolve_record_schema(options.record_schema, manifests)
     _check_manifest_sizes(manifests, max_seq_length, max_predictions_per_seq, record_schema != "unmasked")
     masker = None
     if masking is not None:
         masker = _dynamic_masker(record_schema, manifests, max_seq_length, max_predictions_per_seq, masking)
-    compressions = _compressions(files, options.compression)
     if not files[shard_index::num_shards]:  # what Dataset.shard keeps
         raise ConfigError(
             f"shard {shard_index} of {num_shards} gets no file: only {plural(len(files), 'file')} match {file_pattern!r}; "
             "write at least as many shards (--num_output_files) as input pipelines"
         )
 
+    pack = _sequences_per_pack(manifests, record_schema)
+
     def decode(record):
-        return decode_record(record, max_seq_length, max_predictions_per_seq, record_schema)
+        return decode_record(record, max_seq_length, max_predictions_per_seq, record_schema, pack)
 
     deterministic = (not is_training) or options.seed is not None
-    d = _records(files, compressions, options, is_training, (num_shards, shard_index))
+    d = _records(found, compressions(files, options.compression), options, is_training, (num_shards, shard_index))
     d = _examples(d, decode, masker, options, deterministic)
     if options.nsp_compatible and record_schema in ("mlm_only", "unmasked"):
         add_zeros = _add_nsp_zeros(max_seq_length)
         d = d.map(add_zeros, num_parallel_calls=options.num_cpu_threads, deterministic=deterministic)
-    d = d.batch(batch_size, drop_remainder=True)
+    d = d.batch(batch_size, drop_remainder=options.drop_remainder)
     return d.prefetch(tf.data.AUTOTUNE)
 
 
 def _records(
-    files: Sequence[str], compressions: Sequence[str], options: ReaderOptions, is_training: bool,
+    found: FileSet, compression_types: Sequence[str], options: ReaderOptions, is_training: bool,
     shard: Tuple[int, int],
 ):
     """The serialized records of this shard's files: shuffled, repeated and interleaved in
-    training (as run_pretraining.py), file after file in order otherwise."""
+    training (as run_pretraining.py), file after file in order otherwise. Each file listed in a
+    manifest is checked to hold the records it lists when it ends (:func:`count_checked`)."""
     import tensorflow as tf
 
     num_shards, shard_index = shard
+    files = found.files
     n_files = len(files[shard_index::num_shards])
+    checked = any(count >= 0 for count in found.expected)
 
-    def read_file(filename, compression_type):
-        return tf.data.TFRecordDataset(filename, compression_type=compression_type)
+    def read_file(filename, compression_type, expected, listed_in):
+        records = tf.data.TFRecordDataset(filename, compression_type=compression_type)
+        return count_checked(records, filename, expected, listed_in) if checked else records
 
-    d = tf.data.Dataset.from_tensor_slices((tf.constant(list(files)), tf.constant(list(compressions))))
+    d = tf.data.Dataset.from_tensor_slices((
+        tf.constant(list(files)), tf.constant(list(compression_types)),
+        tf.constant(found.expected, tf.int64), tf.constant(found.listed_in),
+    ))
     if num_shards > 1:
         d = d.shard(num_shards, shard_index)
     if not is_training:

@@ -53,12 +53,12 @@ from ..group import build_resources
 from ..metadata import MetadataSummary, decode_group
 from ..output.outputs import Output, open_output
 from ..output.fragment import copy_runs, publish_fragment
-from ..output.local_dir import prepare_output_dir
+from ..output.local_dir import prepare_output_dir, run_inputs
 from ..output.naming import PARTIAL_SUFFIX, WORK_DIR_NAME, fragment_name, shard_file_names
 from ..output.object_store import prepare_remote_output_dir
 from ..storage import is_remote, join as _join
 from .finish import finish, quality_warnings
-from .plan import plan
+from .plan import plan_run
 from .startup import input_fingerprints, startup_checks
 from .worker import named_as_given, stage_sources, write_group
 
@@ -363,7 +363,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
         vocab = startup_checks(config, local_vocab).vocab
         spool_path = os.path.join(scratch, GROUPS_FILE)
-        summary = plan(config, spool_path)  # the metadata is read once, here
+        config, summary = plan_run(config, spool_path)  # the metadata is read once, here (and the NSP pool chosen)
         options = pipeline_options(config, pipeline_args)  # fail on bad options before touching the output
         # Preflight: the resources every worker will build (tokenizer, spaCy pipeline) build here,
         # so a missing spaCy model or a bad setting fails now, not after a cluster has started.
@@ -411,13 +411,15 @@ def _fetch_vocab(vocab_file: str, scratch: str) -> Tuple[bytes, str]:
 def _prepare_output(config: Config) -> str:
     """The work directory of a fresh run (a Beam run is never resumed: it is redone)."""
     if is_remote(config.output_dir):
-        return prepare_remote_output_dir(config.output_dir, config.name, config.overwrite, container_of(config).suffix)
+        return prepare_remote_output_dir(
+            config.output_dir, config.name, config.overwrite, container_of(config).suffix, run_inputs(config)
+        )
     if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
         raise OutputError(
             f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
             f"(a Beam run is redone from scratch: its output is deterministic)"
         )
-    return prepare_output_dir(config.output_dir, config.name, config.overwrite, container_of(config).suffix)
+    return prepare_output_dir(config.output_dir, config.name, config.overwrite, container_of(config).suffix, run_inputs(config))
 
 
 def _copy_file(local_path: str, destination: str) -> None:

@@ -37,6 +37,7 @@ from ..errors import BertDataError, ConfigError
 from ..faults import dask_worker_faults
 from ..group import Resources, build_resources
 from ..metadata import WorkItem
+from .startup import scheduler_address_in
 from .worker import GroupResult, make_group
 
 log = logging.getLogger("bert_data")
@@ -150,8 +151,8 @@ def _client(config: Config, distributed) -> Iterator[object]:
     try:
         if config.scheduler_address:
             client = distributed.Client(config.scheduler_address, timeout="30s", set_as_default=False)
-        elif config.scheduler_file:
-            client = distributed.Client(scheduler_file=config.scheduler_file, timeout="30s", set_as_default=False)
+        elif config.scheduler_file:  # its address, read (and checked at start-up) by startup.scheduler_address_in
+            client = distributed.Client(scheduler_address_in(config.scheduler_file), timeout="30s", set_as_default=False)
         else:
             _local_worker_environment()
             try:
@@ -164,7 +165,8 @@ def _client(config: Config, distributed) -> Iterator[object]:
                         cluster.close(timeout=10)
                 raise
     except (OSError, TimeoutError) as exc:
-        where = config.scheduler_address or config.scheduler_file or "a LocalCluster"
+        where = config.scheduler_address or (
+            f"the scheduler of {config.scheduler_file}" if config.scheduler_file else "a LocalCluster")
         raise DaskRunnerError(f"--runner dask: cannot reach {where} ({exc}); check that the scheduler runs") from None
     except Exception as exc:  # "Nanny failed to start", a bad scheduler file, ...
         detail = str(exc).splitlines()[0] if str(exc) else ""
@@ -205,7 +207,7 @@ def _interrupts_blocked() -> Iterator[None]:
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
-    previous = block(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = block(signal.SIG_BLOCK, {signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])})
     try:
         yield
     finally:
@@ -267,6 +269,14 @@ def dask_session(config: Config) -> Iterator[None]:
     finally:
         _SESSION = None
         session.close()
+
+
+def dask_ready() -> None:
+    """Wait for the job's cluster connection (:func:`dask_session`): a cluster that cannot be
+    reached is one line now, before the output directory is touched, so the corrected rerun is
+    not blocked by a work directory of a run that never ran a group."""
+    if _SESSION is not None:
+        _SESSION.client()
 
 
 @contextlib.contextmanager

@@ -55,7 +55,8 @@ def nothing_usable(stats: Counter) -> str:
     unpaired = stats["nsp_negatives_unavailable"] + stats["sop_single_segment_chunks"]
     return (
         f"no instance could be made from the {plural(used, 'usable document')} ({plural(unpaired, 'one-sentence chunk')} had no "
-        f"partner; skipped: {reasons}); give more or longer documents per group (--split_num); nothing was published"
+        f"partner; skipped: {reasons}); give more documents (a random B comes from another one), or documents of "
+        f"more than one sentence; nothing was published"
     )
 
 

@@ -21,23 +21,24 @@ is two runs (train, validation) of one plan each.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import tempfile
 from typing import Callable, Dict, Optional, Sequence
 
 from ..config import Config, output_settings
-from ..errors import BertDataError
+from ..errors import BertDataError, OutputError
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..metadata import MetadataSummary
 from ..output.outputs import Output, open_output
 from ..output.lock import output_lock
 from ..output.named_files import NamedFiles, already_published
-from ..output.naming import WORK_DIR_NAME
+from ..output.naming import RUN_FILE, WORK_DIR_NAME
 from ..storage import exists as storage_exists, is_remote, join as storage_join
-from .dask import dask_session, run_groups_dask
+from .dask import dask_ready, dask_session, run_groups_dask
 from .finish import finish, keep_worst, quality_warnings
-from .plan import PLAN_PREFIX, plan, planned_groups, remove_stale_plans, split_configs
+from .plan import PLAN_PREFIX, plan_run, planned_groups, remove_stale_plans, split_configs
 from .pool import run_groups
 from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
 from .worker import GroupResult
@@ -47,10 +48,11 @@ log = logging.getLogger("bert_data")
 ProgressCallback = Callable[[GroupResult], None]
 
 # WHO makes the groups: runner name -> (groups -> results in group order, the session it needs
-# around the job). Each has run_groups' signature: (config, groups, work_dir, bytes_read).
+# around the job, a wait until that session can take groups: its failure is one line before
+# anything is written). Each runner has run_groups' signature: (config, groups, work_dir, bytes_read).
 GROUP_RUNNERS = {
-    "local": (run_groups, lambda config: contextlib.nullcontext()),
-    "dask": (run_groups_dask, dask_session),
+    "local": (run_groups, lambda config: contextlib.nullcontext(), lambda: None),
+    "dask": (run_groups_dask, dask_session, dask_ready),
 }
 
 
@@ -82,6 +84,28 @@ def run_job(
             name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup, named=named)
             for name, part in parts.items()
         }
+
+
+def next_step(config: Optional[Config]) -> str:
+    """What works after the run of ``config`` stopped now (Ctrl-C, a signal, memory): ``--resume``
+    when one of its outputs has a journal to continue, ``--overwrite`` for a Beam run that left
+    its work (Beam runs are redone), else the same command again (nothing was written)."""
+    if config is None:
+        return "run the same command again (nothing was written yet)"
+    started = False
+    for part in split_configs(config).values():
+        try:
+            work = storage_join(part.output_dir, WORK_DIR_NAME)
+            finished = storage_exists(storage_join(part.output_dir, MANIFEST_NAME))  # (--resume says it is complete)
+            if finished or storage_exists(storage_join(work, RUN_FILE)):
+                return "continue later with --resume (same flags)" if config.runner != "beam" else (
+                    "run it again with --overwrite (a Beam run is redone, not resumed)")
+            started = started or storage_exists(work)
+        except Exception:  # a store that cannot be reached now: the journal may be there
+            return "continue later with --resume (same flags)"
+    if started:  # a work directory without its run.json: the run stopped while it began
+        return "run it again with --overwrite"
+    return "run the same command again (nothing was written yet)"
 
 
 def _resumable(part: Config, parts: int) -> Config:
@@ -125,20 +149,50 @@ def _cluster_session(config: Config):
 
 def _run(config: Config, vocab: Dict[str, int], on_group: Optional[ProgressCallback], on_start, named) -> Dict:
     remove_stale_plans()
-    with tempfile.TemporaryDirectory(prefix=f"{PLAN_PREFIX}{os.getpid()}_") as plan_dir:
+    with _plan_dir() as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
-        summary = plan(config, spool_path)
+        try:
+            config, summary = plan_run(config, spool_path)  # with the NSP negative pool the workers build
+            import multiprocessing
+
+            bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)  # (a shared-memory file)
+        except OSError as exc:
+            if exc.errno not in _NO_ROOM and not str(exc.filename or "").startswith(plan_dir):
+                raise
+            raise _temporary_space_error(exc) from None
         space = disk_space_warning(config, summary.total_bytes)
         if space:
             log.warning(space)
-        import multiprocessing
-
-        bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)
         if on_start is not None:  # the MetadataSummary (entries, total_bytes, groups) before any group runs
             on_start(summary, bytes_read)
+        GROUP_RUNNERS[config.runner][2]()  # the cluster is reached before the output is touched
         output = open_output(config, named=named)
         with output.lock():
             return _run_planned(config, output, spool_path, summary, len(vocab), on_group, bytes_read)
+
+
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # a write that found no room (a full $TMPDIR, a quota, ulimit -f)
+
+
+@contextlib.contextmanager
+def _plan_dir():
+    """The run's temporary directory for its plan spool (under ``$TMPDIR``); no usable one is
+    one line naming where and the fix."""
+    try:
+        context = tempfile.TemporaryDirectory(prefix=f"{PLAN_PREFIX}{os.getpid()}_")
+    except OSError as exc:
+        raise _temporary_space_error(exc) from None
+    with context as plan_dir:
+        yield plan_dir
+
+
+def _temporary_space_error(exc: OSError) -> OutputError:
+    where = tempfile.gettempdir()
+    return OutputError(
+        f"cannot write the run's temporary files (its plan, under {where}; a shared-memory counter) "
+        f"({exc.strerror or exc}); free space there, or point TMPDIR at a directory with room, and run the same "
+        f"command again"
+    )
 
 
 def _run_planned(
@@ -165,7 +219,7 @@ def _run_planned(
                     on_group(result)
         vocab = VocabIdentity(os.path.abspath(config.vocab_file), inputs["vocab_sha256"], vocab_size)  # hashed once
         manifest = finish(output, config=config, stats=stats, summary=summary, vocab=vocab, inputs=inputs)
-    except (BertDataError, KeyboardInterrupt):
+    except (BertDataError, KeyboardInterrupt, MemoryError):
         raise
     except output.catches as exc:
         raise output.failure(exc) from None

@@ -16,7 +16,10 @@ import tempfile
 from typing import Dict, Iterator, List, Tuple
 
 from ..config import Config
-from ..group import group_plan
+from ..group import group_plan, read_options
+from ..negatives import PoolSelector, encode_pool, may_range
+from ..objectives import objective_of
+from ..identity import entry_key, stat_identity
 from ..metadata import MetadataSummary, WorkItem, decode_group, encode_group, iter_metadata, scan_metadata, split_hash
 from ..storage import join as storage_join, open_metadata
 
@@ -51,15 +54,33 @@ def split_selector(config: Config):
             f"--validation_fraction {fraction} leaves no document on the {role} side; "
             f"{'raise' if want_validation else 'lower'} it"
         )
-        return (lambda source: (split_hash(source.entry, seed) < fraction) == want_validation), hint
+        prefix = config.input_files_prefix  # the hash is of the entry's canonical spelling (identity.entry_key)
+        return (lambda source: (split_hash(entry_key(source.entry, prefix), seed) < fraction) == want_validation), hint
     if role == "train":
-        # The validation list is usually small: hold its paths to keep them out of train.
-        held_out = {
-            os.path.normpath(s.path) for s in iter_metadata(config.validation_metadata_files, config.input_files_prefix)
-        }
-        hint = "every document listed in --metadata_files is also in --validation_metadata_files: train is empty"
-        return (lambda source: os.path.normpath(source.path) not in held_out), hint
+        return _held_out_selector(config), (
+            "every document listed in --metadata_files is also in --validation_metadata_files: train is empty"
+        )
     return None, ""
+
+
+def _held_out_selector(config: Config):
+    """Train's predicate with ``--validation_metadata_files``: a document listed there is kept
+    out of train however either list spells its path (relative to the prefix, absolute, ``./``,
+    a symlink): by its canonical spelling, else by the file it names (device and inode: one stat
+    per train entry, only when there is a validation list). The list is small: it is held."""
+    prefix = config.input_files_prefix
+    keys, files = set(), set()
+    for source in iter_metadata(config.validation_metadata_files, prefix):
+        keys.add(entry_key(source.entry, prefix))
+        files.add(stat_identity(source.path))
+    files.discard(None)
+
+    def select(source) -> bool:
+        if entry_key(source.entry, prefix) in keys:
+            return False
+        return not files or stat_identity(source.path) not in files
+
+    return select
 
 
 PLAN_PREFIX = "bert_data_plan_"
@@ -86,15 +107,32 @@ def remove_stale_plans() -> None:
             continue  # another user's process: not ours to judge
 
 
-def plan(config: Config, spool_path: str) -> MetadataSummary:
-    """Scan the metadata once, writing the planned groups to ``spool_path``."""
+def plan(config: Config, spool_path: str, on_entry=lambda source, size: None) -> MetadataSummary:
+    """Scan the metadata once, writing the planned groups to ``spool_path`` (``on_entry(source,
+    size)`` sees every entry of this half)."""
     select, empty_hint = split_selector(config)
     metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
     with open(spool_path, "w", encoding="ascii") as spool:
         return scan_metadata(
             config.metadata_files, config.input_files_prefix, select, empty_hint, plan=group_plan(config),
             on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"), opener=open_metadata,
+            on_entry=on_entry,
         )
+
+
+def plan_run(config: Config, spool_path: str) -> Tuple[Config, MetadataSummary]:
+    """:func:`plan`, and the run's Config with what the plan derives: for NSP, the negative pool
+    (:mod:`bert_data.negatives`), chosen in the same scan from this half's entries, their sizes
+    and ``--seed`` only, so it is the same for any worker count, runner or ``--resume``, and a
+    validation half's negatives never come from train (nor the reverse)."""
+    if not objective_of(config).negatives:
+        return config, plan(config, spool_path)
+    options = read_options(config)
+    selector = PoolSelector(config.seed, config.input_files_prefix, lambda source: may_range(source, options))
+    summary = plan(config, spool_path, on_entry=selector.add)
+    cap, items = selector.items(summary.total_bytes)
+    metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
+    return config.replace(negative_pool=encode_pool(cap, items, metadata_index)), summary
 
 
 def planned_groups(config: Config, spool_path: str) -> Iterator[Tuple[int, List[WorkItem]]]:

@@ -12,6 +12,7 @@ worker that dies (OOM killer, kill -9) ends the run with one line, resumable
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections import deque
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -81,6 +82,8 @@ def _init_worker(config: Config, parent_pid: int, bytes_read=None) -> None:
 
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    if hasattr(signal, "SIGHUP"):  # so is a closed terminal: it stops the workers in order
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _WORKER_RESOURCES = build_resources(config)
     _WORKER_RESOURCES.bytes_read = bytes_read
 
@@ -131,6 +134,9 @@ def run_groups(
             raise
 
 
+_STOP_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGXCPU") if hasattr(signal, name)}
+
+
 def _submit(pool, group_index: int, items, work_dir: str):
     """``pool.submit`` with Ctrl-C (and SIGTERM) held back: the first submits start worker processes, and a
     start cut short leaves a half-started worker that prints a traceback on its way out."""
@@ -138,7 +144,7 @@ def _submit(pool, group_index: int, items, work_dir: str):
 
     if not hasattr(signal, "pthread_sigmask"):
         return pool.submit(_process_in_worker, group_index, items, work_dir)
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         return pool.submit(_process_in_worker, group_index, items, work_dir)
     finally:
@@ -197,6 +203,12 @@ def _stop_pool(pool, pending: deque) -> None:
         previous(args)
 
     threading.excepthook = quiet
+    # The call queue's feeder thread may be writing a group to a worker while the pool closes that
+    # pipe under it: CPython's queue then prints "OSError: [Errno 9] Bad file descriptor" with a
+    # traceback from that thread, at exit, after our last line. Nothing it could send matters now.
+    call_queue = getattr(pool, "_call_queue", None)
+    if call_queue is not None and hasattr(call_queue, "_on_queue_feeder_error"):
+        call_queue._on_queue_feeder_error = lambda error, item: None
     for _, future in pending:
         future.cancel()
     processes = list((getattr(pool, "_processes", None) or {}).values())

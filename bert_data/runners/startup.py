@@ -59,6 +59,8 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
         document_separator_id(config, vocab)
     if config.spacy_model and not config.lines_are_sentences:
         check_spacy_model(config.spacy_model)
+    if config.runner == "dask" and config.scheduler_file:
+        scheduler_address_in(config.scheduler_file)
     if "://" not in config.output_dir:
         check_writable(config.output_dir)
     else:
@@ -95,12 +97,52 @@ def check_spacy_model(name: str) -> None:
         )
 
 
+MAX_SCHEDULER_FILE_BYTES = 1 << 20  # Dask writes a few hundred bytes
+
+
+def scheduler_address_in(path: str) -> str:
+    """The scheduler's address in a Dask scheduler file (``dask scheduler --scheduler-file``,
+    dask-jobqueue): a readable regular file holding a JSON object with an ``address``. Anything
+    else is one line now (Dask itself would wait for the file, or fail in its own thread)."""
+    import json
+    import stat
+
+    flag = f"--scheduler_file {path}"
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{flag} does not exist; start the scheduler first (dask scheduler --scheduler-file "
+                          f"{path}), or give --scheduler_address") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{flag} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SCHEDULER_FILE_BYTES:
+        raise ConfigError(f"{flag} is not a scheduler file (not a regular file of a few hundred bytes)")
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{flag} cannot be read ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ConfigError(f"{flag} is not a scheduler file (not JSON); point it at the file the scheduler "
+                          f"wrote") from None
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise ConfigError(f"{flag} is not a scheduler file (no scheduler \"address\" in it); point it at the file "
+                          f"the scheduler wrote")
+    return address
+
+
 def check_writable(output_dir: str) -> None:
     """The nearest existing directory on ``output_dir``'s path accepts a new file."""
     from ..errors import OutputError
 
     probe = os.path.abspath(output_dir)
     while not os.path.exists(probe):
+        if os.path.islink(probe):  # a link to nothing: making the directory would say "File exists"
+            raise OutputError(
+                f"--output_dir {output_dir}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; "
+                f"create that directory, or remove the link"
+            )
         parent = os.path.dirname(probe)
         if parent == probe:
             break
@@ -163,6 +205,10 @@ def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, st
     )
     return {
         "metadata_sha256": summary.metadata_sha256,
+        # every listed document's size and modification time (identity.DocumentsDigest), and the
+        # newest of them: an edit between a kill and --resume is refused, naming the document
+        "documents_sha256": summary.documents_sha256,
+        "newest_document": summary.newest_document,
         "vocab_sha256": file_sha256(vocab_path),
         "segmenter": segmenter,
         "tokenizers": version("tokenizers"),

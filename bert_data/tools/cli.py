@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any, Optional, TextIO
 
-__all__ = ["clip", "resolve_log_level", "drop_stdout", "terminal_bar"]
+__all__ = ["clip", "resolve_log_level", "unknown_log_level", "drop_stdout", "terminal_bar"]
 
 
 def clip(text: str, most: int = 60) -> str:
@@ -26,6 +26,11 @@ def resolve_log_level(name: Optional[str], quiet: bool) -> Optional[int]:
         return int(name)
     level = logging.getLevelName(name.strip().upper())
     return level if isinstance(level, int) else None
+
+
+def unknown_log_level(name: str) -> str:
+    """Every tool's one line for a ``--log_level`` that :func:`resolve_log_level` refuses (exit 2)."""
+    return f"--log_level {clip(name)!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)"
 
 
 def drop_stdout() -> None:

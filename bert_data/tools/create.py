@@ -15,10 +15,11 @@ from typing import Any, Dict, NoReturn, Optional, Sequence
 
 from ..config import COMPRESSIONS, Config
 from ..documents import INPUT_FORMATS
-from ..errors import BertDataError, Terminated, print_error, raise_on_sigterm
+from ..errors import BertDataError, print_error
 from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
-from .cli import clip, drop_stdout, resolve_log_level
+from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
+from .endings import emit, guarded, os_error, stopped
 
 PROG = "create_tfrecords"
 
@@ -215,6 +216,10 @@ def _print_config(args: argparse.Namespace, prog: str = PROG) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
+    return guarded(prog, lambda: _main(argv, prog))
+
+
+def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     parser = build_parser(prog)
     if prog == MLM_ONLY_PROG:
         parser.set_defaults(mlm_only=True)
@@ -228,17 +233,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         return _print_config(args, prog)
     level = resolve_log_level(args.log_level, bool(args.quiet))
     if level is None:
-        return print_error(prog, f"--log_level {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+        return print_error(prog, unknown_log_level(args.log_level))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("bert_data").setLevel(level)  # even when logging was configured before main()
-    import signal
+    config = None
+    from ..runners.job import next_step, run_job
 
-    if hasattr(signal, "SIGXFSZ"):
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError, not a kill
-    raise_on_sigterm()
     try:
         config = config_from_args(args)
-        from ..runners.job import run_job
 
         started = time.perf_counter()
         if pipeline_args and config.runner != "beam":
@@ -249,13 +251,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
         return print_error(prog, str(exc), exc.exit_code)
-    except KeyboardInterrupt as exc:
-        if isinstance(exc, Terminated):
-            print(f"{prog}: terminated (SIGTERM); continue later with --resume (same flags)", file=sys.stderr)
-            return 143
-        print(f"{prog}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
-        return 130
-    print(run_summary(manifests, elapsed))
+    except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
+        return stopped(prog, exc, next_step(config))
+    except OSError as exc:  # the last resort (the runner names what it knows): still one line
+        return print_error(prog, f"{os_error(exc)}; fix it, then {next_step(config).replace('continue later', 'continue')}")
+    emit(prog, run_summary(manifests, elapsed))
     return 0
 
 
@@ -346,6 +346,11 @@ def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
         f"with --mlm_only: window tokens assembled and masked at once; bounds that memory (default {d.buffer_size})",
         type=_token_count,
     )
+    pack = parser.add_argument_group("packing (docs/packing.md)")
+    _bool_flag(pack, "packing", "padding-free rows: up to --max_sequences_per_pack instances per row, each with its own "
+               "positions, predictions and NSP/SOP label (Habana's MLPerf packed layout); the same instances as without")
+    _flag(pack, "max_sequences_per_pack", f"with --packing: instances per row at most (default {d.max_sequences_per_pack}, "
+          "as in every MLPerf layout)", type=int)
 
 
 def mlm_only_entry_point() -> None:

@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import BertDataError, ConfigError, Terminated, plural, print_error, raise_on_sigterm
-from .cli import clip, drop_stdout, resolve_log_level
+from ..errors import BertDataError, ConfigError, plural, print_error
+from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
+from .endings import emit, guarded, os_error, stopped
 
 PROG = "create_pretraining_data"
 
@@ -106,10 +107,11 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def expand_flagfiles(args: Sequence[str], stack: Tuple[str, ...] = ()) -> List[str]:
+def expand_flagfiles(args: Sequence[str], stack: Tuple[str, ...] = (), read: Optional[List[str]] = None) -> List[str]:
     """``--flagfile=F`` (or ``--flagfile F``) replaced in place by F's flags, absl's format: one flag
     per line, blank lines and lines starting with ``#`` or ``//`` ignored, nested flagfiles read
-    (relative to the working directory, as absl does). Later flags override earlier ones."""
+    (relative to the working directory, as absl does). Later flags override earlier ones.
+    ``read`` collects every flag file read (no output may overwrite one)."""
     out: List[str] = []
     it = iter(args)
     for arg in it:
@@ -121,11 +123,11 @@ def expand_flagfiles(args: Sequence[str], stack: Tuple[str, ...] = ()) -> List[s
             value = next(it, None)
             if value is None:
                 raise UsageError("--flagfile needs a value (--flagfile=FILE)")
-        out.extend(_flagfile_lines(value, stack))
+        out.extend(_flagfile_lines(value, stack, read))
     return out
 
 
-def _flagfile_lines(path: str, stack: Tuple[str, ...]) -> List[str]:
+def _flagfile_lines(path: str, stack: Tuple[str, ...], read: Optional[List[str]] = None) -> List[str]:
     real = os.path.realpath(path)
     if real in stack:
         raise UsageError(f"--flagfile {path} includes itself (through {' -> '.join(stack)}); remove the loop")
@@ -146,15 +148,20 @@ def _flagfile_lines(path: str, stack: Tuple[str, ...]) -> List[str]:
         raise UsageError(f"--flagfile {path} cannot be read ({reason})") from None
     lines = [line.strip() for line in raw.splitlines()]
     lines = [line for line in lines if line and not line.startswith(("#", "//"))]
-    return expand_flagfiles(lines, stack + (real,))
+    if read is not None:
+        read.append(path)
+    return expand_flagfiles(lines, stack + (real,), read)
 
 
 def parse_flags(argv: Sequence[str]) -> Dict[str, Any]:
     """absl's parsing of BERT's flags (and our extras): ``{name: value}`` with defaults filled in,
     or ``{"help": True}``. Raises :class:`UsageError` with one line naming the flag and the fix.
-    Flags are never abbreviated; an unknown flag is an error (absl's behaviour too)."""
-    args = expand_flagfiles(argv)
+    Flags are never abbreviated; an unknown flag is an error (absl's behaviour too). ``flagfile``
+    lists the flag files read."""
+    flagfiles: List[str] = []
+    args = expand_flagfiles(argv, read=flagfiles)
     values: Dict[str, Any] = {f.name: f.default for f in FLAGS.values()}
+    values["flagfile"] = flagfiles
     i = 0
     while i < len(args):
         arg, i = args[i], i + 1
@@ -252,7 +259,7 @@ def build_run(values: Dict[str, Any]):
         if values[name] is None:
             raise UsageError(f"--{name} is required (see {PROG} --help)")
     inputs = expand_input_patterns(values["input_file"])
-    outputs = check_output_files(values["output_file"], inputs, values["vocab_file"])
+    outputs = check_output_files(values["output_file"], inputs, values["vocab_file"], flagfiles=values.get("flagfile", ()))
     staging = staging_dir(outputs[0])
     overrides = {
         "input_format": "bert",
@@ -284,6 +291,10 @@ def _log_level(values: Dict[str, Any]) -> Optional[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    return guarded(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         values = parse_flags(args)
@@ -298,41 +309,41 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     level = _log_level(values)
     if level is None:
-        return print_error(PROG, f"--log_level {values['log_level']!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+        return print_error(PROG, unknown_log_level(values["log_level"]))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("bert_data").setLevel(level)
-    raise_on_sigterm()
+    state: Dict[str, Any] = {}
     try:
-        return _run(values)
+        return _run(values, state)
     except BertDataError as exc:
         return print_error(PROG, _in_bert_terms(str(exc)), exc.exit_code)
-    except KeyboardInterrupt as exc:
-        if isinstance(exc, Terminated):
-            print(f"{PROG}: terminated (SIGTERM); continue later with --resume (same flags)", file=sys.stderr)
-            return 143
-        print(f"{PROG}: interrupted; continue later with --resume (same flags)", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
+        from ..runners.job import next_step
+
+        return stopped(PROG, exc, next_step(state.get("config")))
+    except OSError as exc:  # the last resort (the runner names what it knows): still one line
+        from ..runners.job import next_step
+
+        advice = next_step(state.get("config")).replace("continue later", "continue")
+        return print_error(PROG, f"{os_error(exc)}; fix it, then {advice}")
 
 
-def _run(values: Dict[str, Any]) -> int:
-    from ..progress import RunProgress
+def _run(values: Dict[str, Any], state: Dict[str, Any]) -> int:
+    """Run the job; ``state["config"]`` is its configuration as soon as it is known (what a
+    stopped run's advice depends on)."""
+    from ..progress import RunProgress, run_summary
     from ..output.named_files import NamedFiles
     from ..runners.job import run_job
 
     started = time.perf_counter()
     config, outputs, inputs = build_run(values)  # (the runner checks the open-file limit)
+    state["config"] = config
     flags = {f.name: values[f.name] for f in BERT_FLAGS}
     named = NamedFiles(outputs, {"metadata_files": [], "create_pretraining_data": {"flags": flags, "input_files": inputs}})
     with RunProgress(stream=sys.stderr, quiet=bool(values["quiet"])) as progress:
         manifest = run_job(config, on_group=progress.update, on_start=progress.start, named=named)[""]
-    skipped = manifest["documents"]["skipped"]
-    done = "already complete: " if manifest.get("already_complete") else ""
-    print(
-        f"{done}wrote {manifest['n_examples']} instances from {plural(manifest['n_docs'], 'document')} "
-        f"({manifest['documents']['read']} read, {sum(skipped.values())} skipped"
-        + (f": {', '.join(f'{k} {v}' for k, v in skipped.items())}" if skipped else "")
-        + f") into {', '.join(outputs)} (manifest {named.manifest_path}) in {time.perf_counter() - started:.1f}s"
-    )
+    # the same end-of-run summary as create_tfrecords (the named files, the data's warnings, what next)
+    emit(PROG, run_summary({"": dict(manifest, manifest_path=named.manifest_path)}, time.perf_counter() - started))
     return 0
 
 

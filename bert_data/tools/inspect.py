@@ -30,9 +30,16 @@ The epilog of ``--help`` says what each statistic means and what healthy values 
 This module is the command line only (flags, messages, exit status); the work is done by
 :mod:`bert_data.inspection`.
 
+An output directory is read as its manifest lists it (``data_params.json``, or the hidden
+manifest of BERT-named files): only the listed shards, each checked to hold the records listed
+(with ``--stats``); other files named like shards are named in a warning, not read. Only regular
+files are read (a FIFO is refused, never waited on). ``--json`` and ``--plot`` never name a file
+being read.
+
 Exit status: 0 when everything checked is fine, 1 when a record is bad (schema violation,
-malformed Example, corrupt frame) or the files disagree with ``data_params.json``, 2 for usage
-and I/O errors (one line on stderr).
+malformed Example, corrupt frame) or the files disagree with ``data_params.json`` (a shard with
+another record count than listed, a listed shard missing), 2 for usage and I/O errors (one line
+on stderr).
 """
 
 from __future__ import annotations
@@ -41,16 +48,18 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..errors import BertDataError, print_error
-from ..format.manifest import MANIFEST_NAME, load_file_manifest
+from ..format.manifest import MANIFEST_NAME, load_file_manifest, named_output_manifests
 from ..inspection import InspectError
 from ..inspection.inputs import InputFile, VocabInfo, load_vocab_info, manifest_vocab_path, resolve_inputs, vocab_differs
 from ..inspection.printer import print_instances
 from ..inspection.report import format_stats, import_pyplot, shard_rows, write_plot
 from ..inspection.stats import Inspection, inspect_files
-from .cli import terminal_bar
+from ..identity import refuse_writing_over_inputs, written_over_input
+from .cli import drop_stdout, terminal_bar
+from .endings import emit, flush_stdout, guarded, stopped
 
 PROG = "inspect_tfrecords"
 
@@ -70,7 +79,8 @@ what --stats reports, and what healthy BERT data looks like (defaults of create_
                      19-20 for 128 tokens). Many zeros mean masking is off or broken.
   NSP labels         random fraction: share of label 1 (B is a random segment). BERT draws a
                      random B half the time, plus always when a chunk holds one sentence:
-                     50-60% is normal; far outside it, check the documents' sentence splits.
+                     50-65% is normal. Outside it (more than chance allows) a warning says why:
+                     too few negatives (one document), or one-sentence chunks (sentence splits).
   SOP labels         swapped fraction: close to 50%.
   mask composition   of the predicted positions: [MASK] ~80%, kept ~10%, random ~10%.
   [UNK] rate         share of real tokens (not [CLS]/[SEP]/[PAD]/[MASK]) that are [UNK]. With
@@ -78,9 +88,14 @@ what --stats reports, and what healthy BERT data looks like (defaults of create_
                      and BERT's vocabularies. Above ~1%: the wrong vocabulary, or a cased
                      vocabulary with --do_lower_case (or the reverse), or another script.
 
---json writes all of it (histograms included) for scripts; --plot draws it (length and
-prediction histograms on a log scale, label balance, mask composition, [UNK] rate per file).
-Exit status: 0 ok, 1 bad records or manifest mismatch, 2 usage or I/O error.
+With data_params.json, warnings also flag instances per pass far below what the corpus's
+tokens allow, units without an NSP negative and documents cut into pieces; the last line is
+then WARNINGS (the records are valid, the data is not what its settings make expected), never
+OK. --json writes all of it (histograms, data_warnings, verdict) for scripts; --plot draws it
+(length and prediction histograms on a log scale, label balance, mask composition, [UNK] rate
+per file; the title says OK, WARNINGS or FAILED).
+Exit status: 0 ok or warnings about the data, 1 bad records or manifest mismatch, 2 usage or
+I/O error.
 """
 
 
@@ -102,7 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=STATS_GUIDE,
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="a .tfrecords file, a glob, or an output directory")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH",
+        help="a .tfrecords file, a glob, or an output directory (the files its manifest lists)",
+    )
     parser.add_argument(
         "--vocab_file", help="vocab.txt to decode ids with (default: vocab_file in data_params.json beside the files)"
     )
@@ -133,7 +151,7 @@ def _choose_vocab(args: argparse.Namespace, files: Sequence[InputFile], required
         if required:
             raise InspectError(f"no vocabulary: pass --vocab_file (no {MANIFEST_NAME} naming one beside {files[0].path})")
         return None
-    if not os.path.isfile(path):
+    if not os.path.exists(path):  # there but not a regular file: load_vocab_info says what it is
         message = f"vocab_file {path} named in {manifest.path} does not exist; pass --vocab_file"
         if required:
             raise InspectError(message)
@@ -193,7 +211,29 @@ def _stats(args: argparse.Namespace, files: Sequence[InputFile], vocab: Optional
         bar.close()
 
 
+def _check_outputs(args: argparse.Namespace, files: Sequence[InputFile], vocab: Optional[VocabInfo]) -> None:
+    """--json and --plot never name a file this run reads: a record file, a manifest beside one,
+    the vocabulary (:func:`bert_data.identity.refuse_writing_over_inputs`), nor each other."""
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--plot", args.plot)) if path and path != "-"]
+    if len(outputs) == 2 and written_over_input([outputs[0][1]], [("--json", outputs[1][1])]):
+        raise InspectError(f"--plot {args.plot} is the file --json writes; give them different names")
+    inputs = [("a record file inspected", f.path) for f in files]
+    for directory in dict.fromkeys(os.path.dirname(os.path.abspath(f.path)) for f in files):
+        inputs.append(("the manifest of the files inspected", os.path.join(directory, MANIFEST_NAME)))
+        inputs += [("the manifest of the files inspected", path) for path, _ in named_output_manifests(directory)]
+    if vocab is not None:
+        inputs.append(("the vocabulary in use", vocab.path))
+    for flag, path in outputs:
+        refuse_writing_over_inputs(flag, [path], inputs, "name another output file")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    code = guarded(PROG, lambda: _main(argv))
+    flush_stdout(PROG)  # now, so that a full or closed stdout is one line, not a traceback at exit
+    return code
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     stats = bool(args.stats or args.json or args.plot)
@@ -201,15 +241,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.n < 0:
             raise InspectError(f"-n must be >= 0, got {args.n}")
         plt = import_pyplot() if args.plot else None
-        files, dirs = resolve_inputs(args.paths)
+        notes: List[str] = []
+        files, dirs = resolve_inputs(args.paths, notes)
         vocab = _choose_vocab(args, files, required=not stats)
+        _check_outputs(args, files, vocab)
         if not stats:
             assert vocab is not None
+            for note in notes:
+                print(f"{PROG}: warning: {note}", file=sys.stderr)
             return _print_mode(args, files, vocab)
         found = _stats(args, files, vocab, dirs)
         report = found.report
+        report["warnings"] = notes + report["warnings"]
         if args.json != "-":
-            print(format_stats(report))
+            emit(PROG, format_stats(report))
         if args.json:
             _write_json(report, args.json)
         if plt is not None:
@@ -218,10 +263,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
     except BrokenPipeError:  # e.g. piped into head
+        drop_stdout()
         return 0
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
+        return stopped(PROG, exc, "run the same command again")
 
 
 def entry_point() -> None:

@@ -13,7 +13,9 @@ from typing import NoReturn, Optional, Sequence
 from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..metadata import split_metadata_files
+from ..identity import written_over_input
 from .cli import terminal_bar
+from .endings import emit, guarded, stopped
 
 PROG = "split_metadata"
 
@@ -38,8 +40,10 @@ how big a validation set:
   corpus stay comparable. --validation_count N: the N smallest hashes (exact size; only
   approximately stable when documents are added).
 
-Both outputs list the entries as written in the metadata (give create_tfrecords the same
---input_files_prefix). Existing output files are only replaced with --overwrite.
+Both outputs list the entries as written in the metadata. A document is hashed by its path
+relative to --input_files_prefix (an absolute entry under the prefix counts as its relative
+path, ./a and a//b as a and a/b): give split_metadata and create_tfrecords the same
+--input_files_prefix and they split alike. Existing output files are only replaced with --overwrite.
 """
 
 
@@ -58,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--input_files_prefix",
         default="",
-        help="prefix of the relative paths (only reported; entries are hashed and written as written)",
+        help="prefix the relative paths are relative to (as create_tfrecords'): an absolute entry under it is "
+        "hashed as its path relative to it; entries are written as written",
     )
     parser.add_argument("--output_dir", default=".", help="where the two metadata files go (default .)")
     parser.add_argument("--train_name", default="train_metadata.txt", help="default train_metadata.txt")
@@ -90,14 +95,18 @@ def _refuse_overwrite(args: argparse.Namespace) -> None:
     that is one of the inputs is refused by split_metadata_files itself, even with --overwrite.)"""
     if args.overwrite:
         return
-    inputs = {os.path.realpath(m) for m in args.metadata_files}
+    inputs = [("an input", m) for m in args.metadata_files]
     for name in (args.train_name, args.validation_name):
         path = os.path.join(args.output_dir, name)
-        if os.path.lexists(path) and os.path.realpath(path) not in inputs:
+        if os.path.lexists(path) and written_over_input([path], inputs) is None:  # an input: refused with its own line
             raise OutputError(f"{path} exists; pass --overwrite to replace it")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    return guarded(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     args = build_parser().parse_args(argv)
     bar = terminal_bar("reading metadata", _metadata_bytes(args.metadata_files), quiet=args.quiet)
     try:
@@ -111,9 +120,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             count=args.validation_count,
             seed=args.seed,
             on_bytes=bar.update if bar is not None else None,
+            prefix=args.input_files_prefix,
         )
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
+    except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
+        return stopped(PROG, exc, "run the same command again")
     finally:
         if bar is not None:
             bar.close()
@@ -129,7 +141,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
     n_docs = len(result.train) + len(result.validation)
     where = f" (relative to {args.input_files_prefix})" if args.input_files_prefix else ""
-    print(
+    emit(
+        PROG,
         f"split {plural(n_docs, 'document')}{where} from {plural(result.entries, 'entry', 'entries')}: "
         f"{len(result.train)} train -> {result.train_path}, "
         f"{len(result.validation)} validation ({len(result.validation) / n_docs:.1%}) -> {result.validation_path}"

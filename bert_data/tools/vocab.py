@@ -15,11 +15,12 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from ..errors import BertDataError, OutputError, print_error
+from ..errors import BertDataError, ConfigError, OutputError, print_error
 from ..errors import plural
 from ..vocab_builder import build_vocab, write_vocab
 from ..documents import INPUT_FORMATS, ReadOptions
-from .cli import terminal_bar
+from .cli import resolve_log_level, terminal_bar, unknown_log_level
+from .endings import emit, guarded, stopped
 
 PROG = "build_vocab"
 
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input_encoding", default="utf-8", help="the documents' encoding when not UTF-8 (default utf-8)")
     parser.add_argument("--min_frequency", type=int, default=2, help="least count of a pair to be merged (default 2)")
     parser.add_argument("--limit_alphabet", type=int, default=1000, help="most characters kept in the alphabet (default 1000)")
-    parser.add_argument("--log_level", default="WARNING", help="logging level (default WARNING)")
+    parser.add_argument("--log_level", default="WARNING", help="logging level (DEBUG, INFO, WARNING, ERROR; default WARNING)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (it is only drawn when stderr is a terminal)")
     return parser
 
@@ -110,15 +111,56 @@ def _read_options(args: argparse.Namespace) -> ReadOptions:
     return ReadOptions(input_format=config.input_format, text_key=config.text_key, encoding=config.input_encoding)
 
 
+def _check_files(args: argparse.Namespace) -> None:
+    """What build_vocab reads and writes, checked before the corpus is read: the metadata files
+    are regular files (the corpus is read in more than one pass, so a pipe would be empty the
+    second time, and a FIFO nobody writes to would hang), and ``--output`` is a path for a new or
+    regular file that is none of the files read (the metadata files, the listed documents)."""
+    import stat
+
+    for path in args.metadata_files:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # missing or unreadable: the metadata reader says so
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise ConfigError(
+                f"--metadata_files {path} is not a regular file (a pipe, FIFO or device); build_vocab reads the "
+                "metadata more than once: write the list to a file and pass that"
+            )
+    if os.path.isdir(args.output):
+        raise OutputError(f"--output {args.output} is a directory")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise OutputError(f"--output {args.output}: its directory does not exist")
+    try:
+        mode = os.stat(args.output).st_mode
+    except OSError:
+        return  # nothing there yet: no file read can be it
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"--output {args.output} is not a regular file (a FIFO, socket or device); name a file for vocab.txt")
+    from ..metadata import iter_metadata
+    from ..identity import refuse_writing_over_inputs
+
+    inputs = [("a --metadata_files file", path) for path in args.metadata_files]
+    refuse_writing_over_inputs("--output", [args.output], inputs, "name another file for vocab.txt")
+    listed = iter_metadata(args.metadata_files, args.input_files_prefix)
+    documents = ((f"the document listed at {source.where()}", source.path) for source in listed)
+    refuse_writing_over_inputs("--output", [args.output], documents, "name another file for vocab.txt")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    return guarded(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    level = resolve_log_level(args.log_level, quiet=True)
+    if level is None:
+        return print_error(PROG, unknown_log_level(args.log_level))
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     started = time.perf_counter()
     try:
-        if os.path.isdir(args.output):
-            raise OutputError(f"--output {args.output} is a directory")
-        if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-            raise OutputError(f"--output {args.output}: its directory does not exist")
+        _check_files(args)
         options = _read_options(args)
         bar = _Bar(args.quiet)
         try:
@@ -131,13 +173,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         write_vocab(result.tokens, args.output)
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
+        return stopped(PROG, exc, "run the same command again")
     size = len(result.tokens)
     note = "" if size == args.vocab_size else f" (asked for {args.vocab_size}: the corpus has no more pairs seen >= {args.min_frequency} times)"
     forms = plural(result.continuation, "'##' form")
-    print(
+    emit(
+        PROG,
         f"wrote {args.output}: {plural(size, 'token')}{note}; alphabet {plural(result.alphabet, 'character')} + "
         f"{forms}; from {plural(result.documents, 'document')} ({result.skipped} skipped), "
         f"{plural(result.paragraphs, 'paragraph')}, {plural(result.characters, 'character')} "

@@ -1,0 +1,106 @@
+"""How a tool's run ends, for every way it can: the one last line and the exit code.
+
+A run that is stopped (Ctrl-C, a stop signal, memory running out) says what stopped it and the
+next step that works: ``--resume`` when the run has a journal to continue (:func:`stopped` is
+told so by the caller), else running the same command again. A result that cannot be written to
+standard output (``| head`` gone, ``> /dev/full``) is not a traceback either (:func:`emit`). And
+a tool started with a standard descriptor closed (``>&-``) gets ``/dev/null`` there first
+(:func:`guard_standard_fds`), so no file it opens later (a shard!) becomes its stdout.
+
+Exit codes (README, ``bert_data.errors``): 130 interrupted, 128 + N stopped by signal N
+(129 SIGHUP, 143 SIGTERM, 152 SIGXCPU), 3 out of memory; all resumable when there is a journal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from typing import Callable
+
+from ..errors import Terminated, raise_on_sigterm
+
+OUT_OF_MEMORY_EXIT = 3
+
+
+def guard_standard_fds() -> None:
+    """Open ``/dev/null`` on any of descriptors 0, 1, 2 that is closed."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:  # a lower descriptor was closed too and took it: it is handled in turn
+                os.dup2(opened, fd)
+                os.close(opened)
+    # Python leaves sys.stdout/stderr None for a descriptor closed at start: writes to them go nowhere
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)
+
+
+def guarded(prog: str, body: Callable[[], int]) -> int:
+    """Every tool's ``main``: standard descriptors guarded, stop signals raising from now on, and
+    a stop that comes before the tool's own handlers (nothing began) said in one line."""
+    guard_standard_fds()
+    try:
+        raise_on_sigterm()  # SIGTERM, SIGHUP, SIGXCPU; a file-size limit (SIGXFSZ) becomes an OSError
+        return body()
+    except (KeyboardInterrupt, MemoryError) as exc:
+        return stopped(prog, exc, "run the same command again")
+
+
+def stopped(prog: str, exc: BaseException, then: str) -> int:
+    """The last line (on stderr) of a run stopped by ``exc`` (KeyboardInterrupt, a
+    :class:`~bert_data.errors.Terminated` signal or MemoryError), ending with ``then``, the next
+    step that works (:func:`bert_data.runners.job.next_step`); returns the exit code."""
+    if isinstance(exc, MemoryError):
+        print(f"{prog}: error: out of memory (MemoryError: a memory limit such as ulimit -v, or the machine's); lower "
+              f"--num_workers or --group_bytes, then {then}", file=sys.stderr)
+        return OUT_OF_MEMORY_EXIT
+    if isinstance(exc, Terminated):
+        print(f"{prog}: {exc.describe()}; {then}", file=sys.stderr)
+        return exc.exit_code
+    print(f"{prog}: interrupted; {then}", file=sys.stderr)
+    return 130
+
+
+def os_error(exc: OSError) -> str:
+    """An operating-system error as words: what failed and on which file."""
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def emit(prog: str, text: str) -> None:
+    """``text`` and a newline on stdout, flushed (:func:`flush_stdout`)."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(text + "\n")
+    except OSError as exc:
+        _stdout_failed(prog, exc)
+        return
+    flush_stdout(prog)
+
+
+def flush_stdout(prog: str) -> None:
+    """Flush stdout now, not at exit: a reader that went away (``| head``) is not an error; a
+    stdout that cannot be written (``> /dev/full``) is one line on stderr (the run itself is
+    done); neither becomes a traceback when the interpreter flushes again at exit."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        _stdout_failed(prog, exc)
+
+
+def _stdout_failed(prog: str, exc: OSError) -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
+    except (OSError, ValueError):
+        pass
+    if not isinstance(exc, BrokenPipeError):
+        print(f"{prog}: could not write to standard output ({exc.strerror or exc}); the run itself is complete",
+              file=sys.stderr)

@@ -1,0 +1,301 @@
+"""When the environment runs out, and when the advice given must work (issue 26, classes 6-8).
+
+Each case ends in one line and a documented exit code, never a traceback or a hang, and the
+corrected rerun the line advises succeeds:
+
+* a full temporary directory or output file system (``ulimit -f``: the same OSError path as a
+  full disk, without needing one), memory running out, a standard output that is gone, closed
+  or full, SIGHUP and SIGXCPU;
+* advice: a run that could not write its journal leaves nothing that blocks the rerun; a Dask
+  cluster that cannot be reached is one line before the output is touched; a dangling symbolic
+  link as ``--output_dir``; a scheduler file that is missing or not one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from conftest import base_args, write_corpus, write_vocab
+
+PROG = "create_tfrecords"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("environment")
+    metadata = write_corpus(root / "corpus", n_docs=12)
+    vocab = write_vocab(root / "vocab.txt")
+    reference = root / "reference"
+    assert _cli(base_args(metadata, vocab, reference)).returncode == 0
+    return {"metadata": metadata, "vocab": vocab, "reference": reference}
+
+
+def _cli(args: List[str], file_size: Optional[int] = None, **popen) -> subprocess.CompletedProcess:
+    def limit() -> None:
+        if file_size is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+
+    return subprocess.run([sys.executable, "-m", "bert_data.tools.create", *args], capture_output="stdout" not in popen,
+                          text=True, preexec_fn=limit, timeout=300, **popen)
+
+
+def _shards(out: Path) -> Dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.tfrecords"))}
+
+
+def _last_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+def test_no_room_for_the_plan_in_tmpdir_is_one_line_and_the_rerun_works(corpus, tmp_path) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out)
+    # (the plan spool is the first file the run writes: a limit below its size is a full $TMPDIR)
+    failed = _cli(args, file_size=64, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert failed.returncode == 2
+    assert _last_line(failed.stderr) == (
+        f"{PROG}: error: cannot write the run's temporary files (its plan, under {tmp_path}; a shared-memory counter) "
+        f"(File too large); free space there, or point TMPDIR at a directory with room, and run the same command again"
+    )
+    assert not out.exists() or not any(p.name != ".bert_data.lock" for p in out.iterdir())
+    assert _cli(args).returncode == 0  # following the advice: the same command, with room
+    assert _shards(out) == _shards(corpus["reference"])
+
+
+def test_no_room_for_the_journal_at_start_leaves_nothing_that_blocks_the_rerun(corpus, tmp_path, monkeypatch,
+                                                                                 capsys) -> None:
+    import errno
+
+    from bert_data.output import local_dir
+    from bert_data.tools.create import main
+
+    real = local_dir.write_json_atomically
+
+    def full(path, payload):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(local_dir, "write_json_atomically", full)  # run.json is the first file of the output
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out)
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"{PROG}: error: --output_dir {out} cannot be written (No space left on device); nothing was written: free "
+        f"space and run the same command again"
+    )
+    assert [p.name for p in out.iterdir() if p.name != ".bert_data.lock"] == []  # no work directory left
+    monkeypatch.setattr(local_dir, "write_json_atomically", real)
+    assert main(args) == 0  # following the advice: the same command, with room
+    assert _shards(out) == _shards(corpus["reference"])
+
+
+def test_no_room_mid_run_says_resume_and_resume_gives_the_clean_bytes(corpus, tmp_path) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out)
+    failed = _cli(args, file_size=6000)  # the journal is written; a shard outgrows the limit
+    assert failed.returncode == 2, failed.stderr
+    line = _last_line(failed.stderr)
+    assert line.startswith(f"{PROG}: error: writing to --output_dir {out} failed: File too large")
+    assert line.endswith("free space and continue with --resume")
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert _shards(out) == _shards(corpus["reference"])
+
+
+def test_memory_running_out_is_one_line_exit_3_then_resume(corpus, tmp_path, monkeypatch, capsys) -> None:
+    from bert_data.runners import worker
+    from bert_data.tools.create import main
+
+    real = worker.write_group
+
+    def starved(group_index, *args, **kwargs):
+        if group_index == 1:
+            raise MemoryError()
+        return real(group_index, *args, **kwargs)
+
+    monkeypatch.setattr(worker, "write_group", starved)
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out)
+    assert main(args) == 3
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"{PROG}: error: out of memory (MemoryError: a memory limit such as ulimit -v, or the machine's); lower "
+        f"--num_workers or --group_bytes, then continue later with --resume (same flags)"
+    )
+    monkeypatch.setattr(worker, "write_group", real)
+    assert main(args + ["--resume"]) == 0
+    assert _shards(out) == _shards(corpus["reference"])
+
+
+def test_memory_running_out_before_anything_was_written_says_run_again(corpus, tmp_path, monkeypatch, capsys) -> None:
+    from bert_data.runners import job
+    from bert_data.tools.create import main
+
+    def starved(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(job, "startup_checks", starved)
+    assert main(base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out")) == 3
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "then run the same command again (nothing was written yet)")
+
+
+@pytest.mark.parametrize("where", ["dev-full", "closed-pipe", "closed-fd"])
+def test_a_standard_output_that_is_gone_is_not_a_traceback(corpus, tmp_path, where) -> None:
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out)
+    command = [sys.executable, "-m", "bert_data.tools.create", *args]
+    if where == "dev-full":
+        with open("/dev/full", "w") as full:
+            process = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert _last_line(process.stderr) == (
+            f"{PROG}: could not write to standard output (No space left on device); the run itself is complete")
+    elif where == "closed-pipe":
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the summary is written
+        try:
+            process = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+        finally:
+            os.close(write_end)
+        assert "Traceback" not in process.stderr and "Error" not in process.stderr, process.stderr
+    else:  # started with descriptor 1 closed (`>&-`): no file the run opens may become its stdout
+        process = subprocess.run(command, stderr=subprocess.PIPE, text=True, timeout=300,
+                                 preexec_fn=lambda: os.close(1))
+        assert "Traceback" not in process.stderr, process.stderr
+    assert process.returncode == 0
+    assert _shards(out) == _shards(corpus["reference"])
+
+
+@pytest.mark.parametrize("sig, code, words", [
+    (signal.SIGHUP, 129, "hung up (SIGHUP: the terminal or session closed)"),
+    (signal.SIGXCPU, 152, "stopped at the CPU time limit (SIGXCPU: ulimit -t)"),
+])
+def test_sighup_and_sigxcpu_stop_in_one_line_and_resume(corpus, tmp_path, sig, code, words) -> None:
+    out = tmp_path / "out"
+    slow = {"split_num": 2, "dupe_factor": 20, "num_workers": 2}
+    reference = tmp_path / "reference"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, **slow)
+    assert _cli(base_args(corpus["metadata"], corpus["vocab"], reference, **slow)).returncode == 0
+    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    journal = out / ".bert_data_work" / "progress.json"
+    deadline = time.monotonic() + 120
+    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "run finished before it could be stopped"
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert _last_line(stderr) == f"{PROG}: {words}; continue later with --resume (same flags)"
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert _shards(out) == _shards(reference)
+
+
+def test_a_dangling_symlink_output_dir_names_the_link_and_the_fix_works(corpus, tmp_path) -> None:
+    target = tmp_path / "elsewhere" / "out"
+    link = tmp_path / "out"
+    link.symlink_to(target)
+    args = base_args(corpus["metadata"], corpus["vocab"], link)
+    failed = _cli(args)
+    assert failed.returncode == 2
+    assert _last_line(failed.stderr) == (
+        f"{PROG}: error: --output_dir {link}: {link} is a symbolic link to {target}, which does not exist; create "
+        f"that directory, or remove the link"
+    )
+    target.mkdir(parents=True)  # the advice
+    assert _cli(args).returncode == 0
+    assert _shards(target) == _shards(corpus["reference"])
+
+
+@pytest.fixture
+def dask_installed() -> None:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the environment
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("dask.distributed is not installed")
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "does not exist; start the scheduler first (dask scheduler --scheduler-file {path}), or give "
+           "--scheduler_address"),
+    ("{not json", "is not a scheduler file (not JSON); point it at the file the scheduler wrote"),
+    ('{"id": 1}', 'is not a scheduler file (no scheduler "address" in it); point it at the file the scheduler wrote'),
+])
+def test_a_scheduler_file_that_is_not_one_is_one_line_at_once(corpus, tmp_path, dask_installed, content, problem):
+    path = tmp_path / "scheduler.json"
+    if content is not None:
+        path.write_text(content)
+    out = tmp_path / "out"
+    failed = _cli(base_args(corpus["metadata"], corpus["vocab"], out, runner="dask", scheduler_file=path))
+    assert failed.returncode == 2
+    assert _last_line(failed.stderr) == f"{PROG}: error: --scheduler_file {path} {problem.format(path=path)}"
+    assert not out.exists()
+
+
+def test_an_unreachable_scheduler_touches_no_output_so_the_corrected_rerun_works(corpus, tmp_path, dask_installed):
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler_file.write_text(json.dumps({"address": "tcp://127.0.0.1:1"}))  # nothing listens there
+    out = tmp_path / "out"
+    failed = _cli(base_args(corpus["metadata"], corpus["vocab"], out, runner="dask", scheduler_file=scheduler_file))
+    assert failed.returncode == 3
+    assert _last_line(failed.stderr).startswith(
+        f"{PROG}: error: --runner dask: cannot reach the scheduler of {scheduler_file} (")
+    assert not out.exists() or sorted(p.name for p in out.iterdir()) == [".bert_data.lock"]
+    fixed = _cli(base_args(corpus["metadata"], corpus["vocab"], out, runner="dask", num_workers=1))
+    assert fixed.returncode == 0, fixed.stderr
+    assert _shards(out) == _shards(corpus["reference"])
+
+
+def _tool_commands(corpus, tmp_path: Path) -> Dict[str, List[str]]:
+    """Every other tool, on the module corpus and the reference run."""
+    return {
+        "split_metadata": ["-m", "bert_data.tools.split", "--metadata_files", str(corpus["metadata"]),
+                           "--validation_fraction", "0.3", "--output_dir", str(tmp_path / "splits")],
+        "build_vocab": ["-m", "bert_data.tools.vocab", "--metadata_files", str(corpus["metadata"]),
+                        "--input_files_prefix", str(corpus["metadata"].parent), "--vocab_size", "200",
+                        "--output", str(tmp_path / "vocab.txt"), "--quiet"],
+        "inspect_tfrecords": ["-m", "bert_data.tools.inspect", str(corpus["reference"]), "--stats",
+                              "--vocab_file", str(corpus["vocab"]), "--quiet"],
+    }
+
+
+@pytest.mark.parametrize("tool", ["split_metadata", "build_vocab", "inspect_tfrecords"])
+def test_every_tool_says_one_line_when_stdout_is_full(corpus, tmp_path, tool) -> None:
+    command = [sys.executable, *_tool_commands(corpus, tmp_path)[tool]]
+    with open("/dev/full", "w") as full:
+        process = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    assert _last_line(process.stderr) == (
+        f"{tool}: could not write to standard output (No space left on device); the run itself is complete")
+
+
+@pytest.mark.parametrize("tool", ["split_metadata", "build_vocab", "inspect_tfrecords"])
+def test_every_tool_stops_in_one_line_on_sighup(corpus, tmp_path, tool) -> None:
+    """SIGHUP (a closed terminal) as the tool starts its work: one line and 129, never a silent death."""
+    command = [sys.executable, "-c", (
+        "import os, signal, sys, runpy\n"
+        "import bert_data.errors as errors\n"
+        "real = errors.raise_on_sigterm\n"
+        "def armed():\n"
+        "    real()\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"  # as soon as the tool handles signals: the worst moment for it
+        "errors.raise_on_sigterm = armed\n"
+        f"sys.argv = [{tool!r}] + sys.argv[2:]\n"
+        f"runpy.run_module(sys.argv.pop(0) if False else {_tool_commands(corpus, tmp_path)[tool][1]!r}, run_name='__main__')\n"
+    ), *_tool_commands(corpus, tmp_path)[tool][2:]]
+    process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert process.returncode == 129, process.stderr
+    assert _last_line(process.stderr) == (
+        f"{tool}: hung up (SIGHUP: the terminal or session closed); run the same command again")
