@@ -100,6 +100,26 @@ def _unneeded_components(spacy_model: str) -> List[str]:
     return [name for name in names if name not in keep] if keep else []
 
 
+def _import_spacy(without_torch: bool):
+    """spaCy, imported without PyTorch when the pipeline cannot need it. thinc (spaCy's ML layer)
+    imports torch whenever it is installed: +175 MB of memory and ~1 s in every worker, for a
+    rule-based sentencizer that never uses it. So unless torch is already loaded (a trainer's
+    process), ``import torch`` is made to fail while spaCy loads; thinc then runs without it in
+    this process (a named pipeline, which may need torch, imports spaCy normally)."""
+    import sys
+
+    if not without_torch or "torch" in sys.modules:
+        import spacy
+
+        return spacy
+    sys.modules["torch"] = None  # type: ignore[assignment]  # import torch -> ImportError
+    try:
+        import spacy
+    finally:
+        del sys.modules["torch"]  # the process may still import torch itself later
+    return spacy
+
+
 def load_spacy_pipeline(spacy_model: Optional[str]):
     """A spaCy pipeline that sets sentence boundaries, with nothing else enabled.
 
@@ -109,7 +129,7 @@ def load_spacy_pipeline(spacy_model: Optional[str]):
     is added. A pipeline that is not installed is a :class:`SpacyModelError` naming the
     install command.
     """
-    import spacy
+    spacy = _import_spacy(without_torch=not spacy_model)
 
     if not spacy_model:
         nlp = spacy.blank("en")
