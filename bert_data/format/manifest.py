@@ -287,6 +287,30 @@ def listed_files(
     return ListedFiles(sorted(found, key=natural_key), paths) if paths else None
 
 
+def directory_reads(
+    directory: str, manifest: Optional[Manifest], named: Sequence[Tuple[str, Union[Dict[str, Any], str]]],
+    shard_like: Sequence[str], exists: Callable[[str], bool] = os.path.exists,
+) -> Tuple[List[str], Optional[str]]:
+    """What a reader of an output directory reads (the tf.data reader and ``bert_data.torch``
+    alike): the files its manifests list (:func:`listed_files`), every one of which must exist,
+    else every file named like a shard (``shard_like``, found by the caller's file system); and
+    the warning naming shard-like files no manifest lists (None when there are none). Raises
+    :class:`RecordFormatError` when there is nothing to read or a listed file is missing."""
+    listed = listed_files(directory, manifest, named)
+    if listed is None:
+        if not shard_like:
+            raise RecordFormatError(f"no TFRecord files match {os.path.join(directory, shard_glob())!r}")
+        return list(shard_like), None
+    files = [os.path.join(directory, name) for name in listed.names]
+    for path in files:
+        if not exists(path):
+            raise RecordFormatError(
+                f"{listed.manifests[0]} lists {os.path.basename(path)}, which is missing from {directory}: the output "
+                "is incomplete; write it again (rerun the command that made it; create_tfrecords needs --overwrite)"
+            )
+    return files, listed.unlisted_warning(directory, shard_like)
+
+
 def listed_count(manifest: Optional[Manifest], path: str) -> Optional[int]:
     """The records ``manifest`` says the file ``path`` holds (``instances_per_shard``, keyed by
     file name), or None when it does not list the file with an integer count."""

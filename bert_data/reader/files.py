@@ -31,8 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from ..errors import RecordFormatError
 from ..format.manifest import (
     Manifest,
+    directory_reads,
     listed_count,
-    listed_files,
     load_file_manifest,
     load_manifest,
     named_output_manifests,
@@ -140,20 +140,10 @@ def _directory_files(directory: str, manifests: _Manifests, use_manifest: bool) 
     import tensorflow as tf
 
     shard_like = _shard_like(directory)
-    manifest, named = manifests.of_directory(directory) if use_manifest else (None, ())
-    listed = listed_files(directory, manifest, named) if use_manifest else None
-    if listed is None:
-        if not shard_like:
-            raise RecordFormatError(f"no TFRecord files match {os.path.join(directory, shard_glob())!r}")
-        return shard_like
-    files = [os.path.join(directory, name) for name in listed.names]
-    for path in files:
-        if not tf.io.gfile.exists(path):
-            raise RecordFormatError(
-                f"{listed.manifests[0]} lists {os.path.basename(path)}, which is missing from {directory}: the output "
-                "is incomplete; write it again (rerun the command that made it; create_tfrecords needs --overwrite)"
-            )
-    warning = listed.unlisted_warning(directory, shard_like)
+    if not use_manifest:
+        return directory_reads(directory, None, (), shard_like)[0]
+    manifest, named = manifests.of_directory(directory)
+    files, warning = directory_reads(directory, manifest, named, shard_like, tf.io.gfile.exists)
     if warning:
         log.warning("%s", warning)
     return files

@@ -33,7 +33,7 @@ from ..format.batch_decode import iter_record_batches
 from ..format.checks import is_masked, layout_from_names
 from ..format.example_wire import parse_example
 from ..format.manifest import (
-    Manifest, listed_count, listed_files, load_file_manifest, load_manifest, manifest_layout, manifest_separator,
+    Manifest, directory_reads, listed_count, load_file_manifest, load_manifest, manifest_layout, manifest_separator,
     named_output_manifests,
 )
 from ..format.schema import SCHEMAS
@@ -106,19 +106,7 @@ def _directory_files(directory: str, manifests: _Manifests) -> List[str]:
     manifest, named = manifests.of_directory(directory)
     shard_like = sorted((p for p in glob.glob(os.path.join(glob.escape(directory), shard_glob()))
                          if not os.path.isdir(p)), key=natural_key)
-    listed = listed_files(directory, manifest, named)
-    if listed is None:
-        if not shard_like:
-            raise RecordFormatError(f"no TFRecord files match {os.path.join(directory, shard_glob())!r}")
-        return shard_like
-    files = [os.path.join(directory, name) for name in listed.names]
-    for path in files:
-        if not os.path.exists(path):
-            raise RecordFormatError(
-                f"{listed.manifests[0]} lists {os.path.basename(path)}, which is missing from {directory}: the output "
-                "is incomplete; write it again (rerun the command that made it; create_tfrecords needs --overwrite)"
-            )
-    warning = listed.unlisted_warning(directory, shard_like)
+    files, warning = directory_reads(directory, manifest, named, shard_like)
     if warning:
         log.warning("%s", warning)
     return files
