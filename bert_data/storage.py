@@ -31,9 +31,9 @@ import json
 import os
 import re
 import uuid
-from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import BertDataError, OutputError
+from .errors import BertDataError
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # Object stores: an upload is published whole or not at all, and there are no directories.
@@ -327,3 +327,14 @@ def file_kind(path: str) -> Optional[str]:
         if test(mode):
             return kind
     return "a device"
+
+
+def require_regular_file(path: str, error: type, where: str = "") -> None:
+    """Raise ``error`` (one line) unless the local ``path`` is a regular file the readers may
+    open (:func:`file_kind`): the tf.data reader and ``bert_data.torch`` give the same words."""
+    try:
+        kind = file_kind(path)
+    except OSError as exc:
+        raise error(f"cannot read {path}{where} ({exc.strerror or exc})") from None
+    if kind is not None:
+        raise error(f"{path}{where} is {kind}, not a TFRecord file; give regular files (or an output directory)")

@@ -26,7 +26,7 @@ from ..expectations import data_warnings
 from ..format.checks import is_masked
 from ..format.manifest import verify_manifest
 from ..format.packed import instance_layout, is_packed
-from .file_stats import MAX_REASONS, Accumulator, FileResult, Progress, keep_freed_memory, read_file
+from .file_stats import Accumulator, FileResult, Progress, keep_freed_memory, read_file
 from .inputs import Group, Groups, InputFile, VocabInfo, vocab_differs
 from .parallel import read_files_in_parallel, worker_count
 

@@ -39,7 +39,7 @@ from ..format.manifest import (
 )
 from ..format.tfrecord import tfrecord_compression
 from ..output.naming import natural_key, shard_glob
-from ..storage import file_kind, is_remote
+from ..storage import file_kind, is_remote, require_regular_file
 
 log = logging.getLogger("bert_data")
 
@@ -82,16 +82,6 @@ def gfile_read_text(path: str) -> str:
             return handle.read()
     except tf.errors.OpError as exc:
         raise OSError(str(exc)) from None
-
-
-def _check_regular(path: str, where: str = "") -> None:
-    """A local file to read must be a regular file (:func:`bert_data.storage.file_kind`)."""
-    try:
-        kind = file_kind(path)
-    except OSError as exc:
-        raise RecordFormatError(f"cannot read {path}{where} ({exc.strerror or exc})") from None
-    if kind is not None:
-        raise RecordFormatError(f"{path}{where} is {kind}, not a TFRecord file; give regular files (or an output directory)")
 
 
 class _Manifests:
@@ -175,7 +165,7 @@ def resolve_reads(file_pattern: FilePattern, use_manifest: bool = True) -> FileS
                 continue
             seen.add(match)
             if not is_remote(match):
-                _check_regular(match)
+                require_regular_file(match, RecordFormatError)
             manifest = manifests.of_file(match) if use_manifest else None
             found.add(match, manifest)
             if manifest is not None and found.expected[-1] < 0:

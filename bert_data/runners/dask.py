@@ -25,7 +25,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 import uuid
 from concurrent.futures import CancelledError
 from collections import deque

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import BertDataError, ConfigError, plural, print_error
+from ..errors import BertDataError, ConfigError, print_error
 from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
 from .endings import emit, guarded, os_error, stopped
 

@@ -39,7 +39,7 @@ from ..format.manifest import (
 from ..format.schema import SCHEMAS
 from ..format.tfrecord import iter_records
 from ..output.naming import natural_key, shard_glob
-from ..storage import file_kind, is_remote
+from ..storage import is_remote, require_regular_file
 
 log = logging.getLogger("bert_data")
 
@@ -128,18 +128,9 @@ def _matches(file_pattern: FilePattern) -> List[Tuple[str, Optional[Manifest]]]:
             if path in seen:
                 continue
             seen.add(path)
-            _check_regular(path)
+            require_regular_file(path, RecordFormatError)
             found.append((path, manifests.of_file(path)))
     return found
-
-
-def _check_regular(path: str) -> None:
-    try:
-        kind = file_kind(path)
-    except OSError as exc:
-        raise RecordFormatError(f"cannot read {path} ({exc.strerror or exc})") from None
-    if kind is not None:
-        raise RecordFormatError(f"{path} is {kind}, not a TFRecord file; give regular files (or an output directory)")
 
 
 def count_records(path: str) -> int:
