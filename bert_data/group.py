@@ -65,7 +65,7 @@ def pass_randomness(
         plan_rng=random.Random(derive_seed(seed, plan_stream, *ids)),
         mask_rng=np.random.Generator(np.random.PCG64(derive_seed(seed, "mask", *ids))),
         first_shard=derive_seed(seed, "shard", *ids) % num_shards,
-        packing_seed=derive_seed(seed, "packing", *ids),  # read only by --packing (bert_data.packing)
+        packing_seed=derive_seed(seed, "packing", *ids),  # read only by --packing, of a unit's first pass (packing.UnitPacker)
     )
 
 
@@ -237,15 +237,21 @@ def group_batches(
                 unit_origins = [o for d, o in enumerate(unit_origins) if d not in left_out]
             objective.count_unit(group, resources, unit_origins, stats)
             plan_pass = objective.planner(group, resources, unit_origins)
+            packer = None  # --packing: the unit's passes are packed together (bert_data.packing.UnitPacker)
             for dupe_pass in range(config.dupe_factor):
                 with clock("instances"):
                     randomness = pass_randomness(
                         config.seed, objective.plan_stream, group_index, dupe_pass, config.num_output_files, unit
                     )
                     planned = plan_pass(randomness)
-                yield from clock.timed("instances", planned.batches)
+                    if dupe_pass == 0:
+                        packer = objective.unit_packer(config, randomness)
+                yield from clock.timed("instances", planned.batches if packer is None else packer.add(planned.batches))
                 objective.count_pass(planned, stats)
                 work.pass_done(dupe_pass + 1, config.dupe_factor)
+            if packer is not None:
+                yield from clock.timed("instances", packer.finish())
+                packer.count(stats)
         stats["units"] += 1
     work.group_done()
 

@@ -63,7 +63,7 @@ class PassRandomness:
     plan_rng: random.Random  # target lengths, split points, random B, truncation (or window lengths)
     mask_rng: np.random.Generator  # instance order and masks
     first_shard: int  # the shard the pass's first instance goes to; the rest follow round-robin
-    packing_seed: int = 0  # --packing: the seed of the pass's "packing" stream (bert_data.packing)
+    packing_seed: int = 0  # --packing: of a unit's first pass, the seed of the unit's "packing" stream (packing.UnitPacker)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from .format.schema import (
 )
 from .instances import InstancePass, PassRandomness, pair_pass
 from .negatives import count_unit_negatives, pool_manifest_fields
-from .packing import PackingParams, pack_pass, packing_summary
+from .packing import PackingParams, UnitPacker, packing_summary
 from .tokenization import TokenizedGroup
 from .windows import WindowOptions, build_streams, window_pass
 
@@ -66,25 +66,6 @@ def plan_windows(unit: TokenizedGroup, resources: Any, origins: Optional[Sequenc
     return one_pass
 
 
-def packed(planner: PassPlanner, paired: bool) -> PassPlanner:
-    """``--packing``: the planner's passes (the same instances, the same RNG streams), packed into
-    rows of up to ``--max_sequences_per_pack`` instances (:func:`bert_data.packing.pack_pass`)."""
-
-    def plan(unit: TokenizedGroup, resources: Any, origins: Optional[Sequence[int]] = None
-             ) -> Callable[[PassRandomness], InstancePass]:
-        config = resources.config
-        one_pass = planner(unit, resources, origins)
-        params = PackingParams(config.max_seq_length, config.max_predictions_per_seq, config.max_sequences_per_pack,
-                               paired)
-
-        def packed_pass(randomness: PassRandomness) -> InstancePass:
-            return pack_pass(one_pass(randomness), params, randomness, config.num_output_files)
-
-        return packed_pass
-
-    return plan
-
-
 @dataclass(frozen=True)
 class Objective:
     layout: str  # the record layout, recorded as the manifest's record_schema
@@ -98,6 +79,15 @@ class Objective:
     schema: Optional[Dict[str, Any]] = None  # the manifest's schema when not the features' (token strings)
     negatives: bool = False  # draws random B segments: the run's negative pool is built, origins are tracked
     packed: bool = False  # --packing: rows of several instances (bert_data.packing); n_examples counts rows
+
+    def unit_packer(self, config: Any, first_pass: PassRandomness) -> Optional[UnitPacker]:
+        """--packing: the packer of one unit's passes (seeded by its first pass); None otherwise."""
+        if not self.packed:
+            return None
+        paired = any(spec.name == "segment_ids" for spec in self.features)
+        params = PackingParams(config.max_seq_length, config.max_predictions_per_seq, config.max_sequences_per_pack,
+                               paired)
+        return UnitPacker(params, first_pass.packing_seed, first_pass.first_shard, config.num_output_files)
 
     def count_pass(self, instance_pass: InstancePass, stats: Counter) -> None:
         """Add a finished pass's counters: its instances and what it could not make."""
@@ -123,7 +113,7 @@ class Objective:
             "schema": schema,
         }
         for counter in self.pass_counters:
-            if counter != "nsp_negatives_unavailable" and counter not in _PACKED:  # (a top-level key of every manifest)
+            if counter != "nsp_negatives_unavailable":  # (a top-level key of every manifest)
                 out[counter] = stats[counter]
         if self.negatives:
             out.update(pool_manifest_fields(stats))
@@ -137,7 +127,6 @@ _WINDOWS = {"windows_spanning_documents": "spanning_documents"}
 _NSP = {"nsp_negatives_unavailable": "unpaired", "nsp_random_next": "random_next",
         "nsp_single_sentence_chunks": "single_sentence_chunks", "nsp_continuations_kept": "continuations_kept"}
 
-_PACKED = {"packed_rows": "rows", "packed_real_tokens": "real_tokens"}  # in the manifest's "packing_summary"
 
 OBJECTIVES: Dict[str, Objective] = {
     row.layout: row
@@ -149,12 +138,10 @@ OBJECTIVES: Dict[str, Objective] = {
         Objective(TOKEN_SEQUENCES, "mlm_only", UNMASKED_FEATURES, plan_windows, "windows", _WINDOWS,
                   encoder="token_sequences", masked=False, schema=TOKEN_SEQUENCES_DESCRIPTION),
         # --packing: the same instances (same planners, same streams), several per row
-        Objective("nsp_packed", "mlm+nsp", PACKED_NSP_FEATURES, packed(plan_pairs, True), "pairs", {**_NSP, **_PACKED},
-                  negatives=True, packed=True),
-        Objective("sop_packed", "mlm+sop", PACKED_SOP_FEATURES, packed(plan_pairs, True), "pairs",
-                  {"sop_single_segment_chunks": "unpaired", **_PACKED}, packed=True),
-        Objective("mlm_only_packed", "mlm_only", PACKED_MLM_ONLY_FEATURES, packed(plan_windows, False), "windows",
-                  {**_WINDOWS, **_PACKED}, packed=True),
+        Objective("nsp_packed", "mlm+nsp", PACKED_NSP_FEATURES, plan_pairs, "pairs", _NSP, negatives=True, packed=True),
+        Objective("sop_packed", "mlm+sop", PACKED_SOP_FEATURES, plan_pairs, "pairs",
+                  {"sop_single_segment_chunks": "unpaired"}, packed=True),
+        Objective("mlm_only_packed", "mlm_only", PACKED_MLM_ONLY_FEATURES, plan_windows, "windows", _WINDOWS, packed=True),
     )
 }
 

@@ -9,41 +9,35 @@ label, with ``input_mask`` its index in the row (1..k), ``positions`` restarting
 Habana's MLPerf packed TFRecords (``format/schema.py``, docs/packing.md).
 :func:`bert_data.format.packed.unpack_rows` turns rows back into the instances.
 
-Algorithm: shortest-pack-first histogram packing (SPFHP, Krell et al. 2021, "Efficient Sequence
-Packing without Cross-contamination", Algorithm 1) applied one instance at a time, longest
-first: an instance goes to the open pack with the *least* room that still fits it (fewest free
-tokens, then the newest such pack), else it opens a new pack; a pack with k instances is
-closed. The masked-LM budget of a row (``max_predictions_per_seq + max_sequences_per_pack``,
-Habana's) is a second capacity: a pack without room for the instance's predictions does not
-fit it. Every instance fits an empty pack, so no instance is ever dropped.
+Algorithm (:func:`best_fill`): longest first, each row completed by the single instance or the
+pair of instances, chosen over the histogram of the lengths left, that fills its free tokens
+best (equally good pairs: the most balanced). The masked-LM budget of a row
+(``max_predictions_per_seq + max_sequences_per_pack``, Habana's) is a second capacity: a fill
+whose predictions do not fit is not taken. Every instance fits an empty row, so no instance is
+ever dropped.
 
-Memory: a pass is packed in *buffers* of at most :data:`PACK_BUFFER_ROWS` instances (the pass's
-``n`` is known before its first batch, so its buffers are of equal size give or take one); a
-buffer holds only its instances' real tokens and predictions, so a worker's memory is bounded
-by one buffer whatever the group or corpus. Buffers depend only on the pass, never on the
-workers, so the bytes do not either.
-
-Randomness: the rows of a buffer are shuffled (so rows of every packing pattern, and rows
-packed from any part of the pass, are mixed in every shard) by the pass's own named stream
-``"packing"`` (``PassRandomness.packing_seed``, derived in :func:`bert_data.group.pass_randomness`);
-nothing else is drawn, and no existing stream is touched. Rows are dealt round-robin to the
-shards from the pass's first shard, as unpacked rows are.
+Memory and randomness: :class:`UnitPacker` packs the instances of all dupe passes of one unit
+in buffers of at most :data:`PACK_BUFFER_TOKENS` real tokens, shuffles each buffer's rows by the
+unit's own named stream ``"packing"`` (``PassRandomness.packing_seed`` of the unit's first pass,
+derived in :func:`bert_data.group.pass_randomness`; no existing stream is touched) and deals them
+round-robin to the shards, as unpacked rows are.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .instances import INSTANCE_BATCH_ROWS, InstancePass, PassRandomness, shard_of_rows
+from .instances import INSTANCE_BATCH_ROWS, shard_of_rows
 
-# Instances packed together at most (a bound on a worker's packing memory: their real tokens).
-# Packing quality hardly depends on it (SPFHP on the shared corpus: 0.27% padding at depth 8
-# with buffers of 4,096 instances, 0.22% with the whole output in one buffer).
-PACK_BUFFER_ROWS = 8192
+# Real tokens packed together at most (a worker's packing memory: 4-byte ids, 1-byte segments).
+# At MSL 512 quality hardly depends on it (depth 3: 0.25% padding in buffers of 2,900 instances,
+# 0.40% of 1,000); at MSL 128, where few short instances must complete many nearly full rows,
+# it does (UnitPacker's docstring).
+PACK_BUFFER_TOKENS = 1 << 22
 # Packed rows are handed to the writer in batches of at most this many (the encoder's
 # temporaries grow with a batch's rows), as unpacked instances are (instances.INSTANCE_BATCH_ROWS).
 PACKED_BATCH_ROWS = INSTANCE_BATCH_ROWS
@@ -63,72 +57,122 @@ class PackingParams:
         return self.max_predictions_per_seq + self.max_sequences_per_pack
 
 
-@dataclass
-class PackedPass(InstancePass):
-    """A packed pass: ``n`` is still its instances; the row counters are complete once its
-    batches are exhausted (the caller counts a pass after writing it)."""
-
-    rows: int = 0
-    real_tokens: int = 0  # tokens of the pass's instances (input_mask != 0)
-    predictions: int = 0
-
-
 # --------------------------------------------------------------------------------------------
 # The algorithm
 # --------------------------------------------------------------------------------------------
 
 
-def spfhp(lengths: Sequence[int], predictions: Sequence[int], max_length: int, prediction_budget: int,
-          max_sequences_per_pack: int) -> List[List[int]]:
-    """Shortest-pack-first histogram packing, per instance: the packs (lists of indices into
+def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: int, prediction_budget: int,
+              max_sequences_per_pack: int) -> List[List[int]]:
+    """Longest first, each row completed by its best fill: the packs (lists of indices into
     ``lengths``, each in the order its instances were placed), in the order they were opened.
 
-    Deterministic: instances are placed longest first, ties in index order; an instance goes to
-    the fitting open pack with the fewest free tokens (ties: the most recently filled), else a
-    new one. A pack fits when its free tokens, free prediction slots and free instance slots all
-    suffice. Raises ValueError for an instance longer than ``max_length`` or with more
-    predictions than the budget (it could fit no row)."""
+    The longest instance left opens a row. While the row has free slots, the instances that
+    complete it are chosen over the histogram of the lengths left: the single instance or the
+    *pair* whose lengths fill the row's free tokens best, and among equally good fills the most
+    balanced pair (the one whose longer member is shortest; with exactly two free slots such a pair
+    is preferred even to an exact single). With more than two free slots an exact single is
+    taken, and without an exact fill the longest instance that fits is added first and the row
+    is completed again.
+    Why: SPFHP (Krell et al. 2021, Alg. 1, best fit one instance at a time) spends a row's slots
+    before its tokens: at depth 3 on the shared corpus it leaves 2.5% padding where this leaves
+    0.26% (the token bound is 0%, an LP over all depth-3 patterns reaches about 0.3%). The
+    balanced choice keeps both the shortest instances (the only ones that complete nearly full
+    rows) and the half-length ones (which pair with each other) for the rows that need them
+    (the preferences were chosen by measurement: depth 3 0.27% and depth 8 0.18% padding, where
+    preferring exact singles at depth 3 gave 1.5% and pairs at depth 8 0.25%).
+
+    The masked-LM budget is a second capacity: a fill is taken only when its instances'
+    predictions fit the row's free prediction slots (of equally long instances, those with the
+    fewest predictions are taken first). Deterministic: ties go to the lower index. Every
+    instance fits an empty row, so none is dropped. Raises ValueError for an instance longer
+    than ``max_length`` or with more predictions than the budget (it could fit no row)."""
     lengths_a = np.asarray(lengths, dtype=np.int64)
     preds_a = np.asarray(predictions, dtype=np.int64)
-    if len(lengths_a) and (int(lengths_a.max()) > max_length or int(preds_a.max()) > prediction_budget):
-        raise ValueError("an instance is longer than the row or has more predictions than its budget")
-    order = np.argsort(-lengths_a, kind="stable").tolist()
-    lengths_l, preds_l = lengths_a.tolist(), preds_a.tolist()
-    members: List[List[int]] = []
-    free_tokens: List[int] = []
-    free_preds: List[int] = []
-    buckets: Dict[int, List[int]] = {}  # free tokens -> open packs with that many (filled last: at the end)
-    open_sizes: List[int] = []  # the keys of non-empty buckets, ascending
-    for i in order:
-        length, pred = lengths_l[i], preds_l[i]
-        chosen = -1
-        j = bisect_left(open_sizes, length)
-        while j < len(open_sizes) and chosen < 0:
-            bucket = buckets[open_sizes[j]]
-            for slot in range(len(bucket) - 1, -1, -1):
-                if free_preds[bucket[slot]] >= pred:
-                    chosen = bucket.pop(slot)
+    if len(lengths_a) and (int(lengths_a.max()) > max_length or int(preds_a.max()) > prediction_budget
+                           or int(lengths_a.min()) < 1):
+        raise ValueError("an instance is empty, longer than the row or has more predictions than its budget")
+    histogram = _Histogram(lengths_a, preds_a, max_length)
+    packs: List[List[int]] = []
+    for length in range(max_length, 0, -1):
+        while histogram.count[length]:
+            pack = [histogram.take(length)]
+            free_tokens = max_length - length
+            free_preds = prediction_budget - int(preds_a[pack[0]])
+            while free_tokens and len(pack) < max_sequences_per_pack:
+                slots = max_sequences_per_pack - len(pack)
+                fill = histogram.best_fill(free_tokens, free_preds, slots)
+                if not fill:
                     break
-            if chosen >= 0 and not bucket:
-                del buckets[open_sizes[j]]
-                del open_sizes[j]
-            j += 1
-        if chosen < 0:
-            chosen = len(members)
-            members.append([])
-            free_tokens.append(max_length)
-            free_preds.append(prediction_budget)
-        members[chosen].append(i)
-        free_tokens[chosen] -= length
-        free_preds[chosen] -= pred
-        room = free_tokens[chosen]
-        if len(members[chosen]) < max_sequences_per_pack and room > 0 and free_preds[chosen] >= 0:
-            bucket = buckets.get(room)
-            if bucket is None:
-                buckets[room] = bucket = []
-                insort(open_sizes, room)
-            bucket.append(chosen)
-    return members
+                if slots > 2 and sum(fill) < free_tokens:  # no exact fill yet: the longest that fits, then again
+                    fill = histogram.longest_fitting(free_tokens, free_preds)
+                for member in fill:
+                    index = histogram.take(member)
+                    pack.append(index)
+                    free_tokens -= member
+                    free_preds -= int(preds_a[index])
+                if slots <= 2 or not free_tokens:
+                    break
+            packs.append(pack)
+    return packs
+
+
+class _Histogram:
+    """The instances left, by length: per length a stack of indices whose top has the fewest
+    predictions (ties: the lowest index), and the count per length."""
+
+    def __init__(self, lengths: np.ndarray, predictions: np.ndarray, max_length: int) -> None:
+        self.predictions = predictions
+        order = np.lexsort((-np.arange(len(lengths)), -predictions, lengths))  # by length, then most predictions first
+        self.count = np.bincount(lengths, minlength=max_length + 1).astype(np.int64)
+        bounds = np.concatenate([[0], np.cumsum(self.count)]).tolist()
+        order_l = order.tolist()
+        self.stacks: List[List[int]] = [order_l[bounds[n]:bounds[n + 1]] for n in range(max_length + 1)]
+
+    def take(self, length: int) -> int:
+        self.count[length] -= 1
+        return self.stacks[length].pop()
+
+    def _fewest(self, length: int, nth: int = 1) -> int:
+        """The predictions of the ``nth`` instance of ``length`` taken next."""
+        return int(self.predictions[self.stacks[length][-nth]])
+
+    def longest_fitting(self, free_tokens: int, free_preds: int) -> List[int]:
+        for length in np.nonzero(self.count[1:free_tokens + 1])[0][::-1].tolist():
+            if self._fewest(length + 1) <= free_preds:
+                return [length + 1]
+        return []
+
+    def best_fill(self, free_tokens: int, free_preds: int, slots: int) -> List[int]:
+        """The lengths of the single instance or pair (``slots`` >= 2) that fill ``free_tokens``
+        best within ``free_preds``; equally good pairs: the most balanced. [] when none fits."""
+        present = (np.nonzero(self.count[1:free_tokens + 1])[0] + 1).tolist()
+        if not present:
+            return []
+        best_total, best = 0, []
+        for length in reversed(present):  # a single instance: the longest that fits
+            if self._fewest(length) <= free_preds:
+                best_total, best = length, [length]
+                break
+        if slots < 2 or (slots > 2 and best_total == free_tokens):
+            return best  # with slots to spare an exact single is kept; with two, a balanced exact pair beats it
+        largest_upto = np.zeros(free_tokens + 1, np.int64)  # the longest length present <= x
+        largest_upto[present] = present
+        largest_upto = np.maximum.accumulate(largest_upto).tolist()
+        for longer in reversed(present):
+            if 2 * longer < best_total:
+                break  # no pair with this longer member can beat the best found
+            partner = largest_upto[min(free_tokens - longer, longer)] if free_tokens > longer else 0
+            while partner:  # the longest partner <= longer that is present and fits the budget
+                nth = 2 if partner == longer else 1
+                if self.count[partner] >= nth and self._fewest(longer) + self._fewest(partner, nth) <= free_preds:
+                    break
+                partner = largest_upto[partner - 1]
+            if partner and longer + partner >= best_total:
+                best_total, best = longer + partner, [longer, partner]  # ties: the later, more balanced pair
+                if best_total == free_tokens and 2 * partner >= free_tokens - 1:
+                    break
+        return best
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,7 +221,7 @@ def pack_instances(instances: Mapping[str, np.ndarray], params: PackingParams,
     """One buffer of compact instances (:class:`InstanceBuffer`) -> packed rows, shuffled by ``rng``
     (None: in the order the packs were opened)."""
     lengths, npred = instances["length"], instances["npred"]
-    packs = spfhp(lengths, npred, params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack)
+    packs = best_fill(lengths, npred, params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack)
     if rng is not None:
         packs = [packs[p] for p in rng.permutation(len(packs)).tolist()]
     return assemble_rows(instances, packs, params)
@@ -255,64 +299,104 @@ def _row_exclusive_cumsum(values: np.ndarray, first: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# The pass
+# A unit's passes
 # --------------------------------------------------------------------------------------------
 
 
-def buffer_sizes(n: int, most: int = PACK_BUFFER_ROWS) -> List[int]:
-    """``n`` instances cut into the fewest buffers of at most ``most``, of equal size give or take one."""
-    if n <= 0:
-        return []
-    count = -(-n // most)
-    return [n // count + (b < n % count) for b in range(count)]
+def select_instances(instances: Mapping[str, np.ndarray], indices: np.ndarray) -> Dict[str, np.ndarray]:
+    """The compact instances ``indices`` (in that order) of a buffer (:meth:`InstanceBuffer.take`)."""
+    out: Dict[str, np.ndarray] = {}
+    for count_key, names in (("length", ("ids", "segments")), ("npred", ("mlm_pos", "mlm_ids"))):
+        counts = instances[count_key]
+        starts = np.concatenate([[0], np.cumsum(counts)])[indices]
+        picked = counts[indices]
+        gather = np.repeat(starts - (np.cumsum(picked) - picked), picked) + np.arange(int(picked.sum()))
+        for name in names:
+            if name in instances:
+                out[name] = instances[name][gather]
+        out[count_key] = picked
+    if "labels" in instances:
+        out["labels"] = instances["labels"][indices]
+    return out
 
 
-def pack_pass(inner: InstancePass, params: PackingParams, randomness: PassRandomness, num_shards: int,
-              buffer_rows: int = PACK_BUFFER_ROWS) -> PackedPass:
-    """A pass's instances (``inner``: the unpacked pass, its batches in output order) packed
-    into rows, buffer by buffer (:func:`buffer_sizes`), each buffer's rows shuffled by the pass's
-    ``"packing"`` stream and dealt round-robin from the pass's first shard."""
-    packed = PackedPass(n=inner.n, unpaired=inner.unpaired, batches=iter(()),
-                        spanning_documents=inner.spanning_documents, random_next=inner.random_next,
-                        single_sentence_chunks=inner.single_sentence_chunks,
-                        continuations_kept=inner.continuations_kept)
-    rng = np.random.Generator(np.random.PCG64(randomness.packing_seed))
-    sizes = buffer_sizes(inner.n, buffer_rows)
+class UnitPacker:
+    """Packs the instances of all the dupe passes of one unit, buffer by buffer.
 
-    def batches() -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
-        buffer = InstanceBuffer(params.paired)
-        written = 0
-        wanted = iter(sizes)
-        target = next(wanted, 0)
-        for features, _ in inner.batches:
+    Why the unit and not the pass: the fuller the buffer, the better the rare short instances
+    find the rows they complete. On the shared corpus at MSL 128, depth 3, packing each pass
+    (about 4,700 instances a buffer) left 1.06% padding, the unit's passes together in buffers of
+    up to 4M tokens 0.97%, and one buffer for the whole output 0.92% (the LP optimum over every
+    depth-3 pattern is 0.915%).
+
+    Memory: a buffer holds only its instances' real tokens and predictions, and is flushed when
+    it reaches :data:`PACK_BUFFER_TOKENS` tokens (at an instance boundary found from the tokens
+    alone, so the cut never depends on how the passes were batched); its rows are assembled
+    :data:`PACKED_BATCH_ROWS` at a time. A worker's packing memory is bounded by one buffer
+    whatever the group or corpus, and buffers depend only on the unit, never on the workers.
+
+    Randomness: each buffer's rows are shuffled by the unit's ``"packing"`` stream (the seed
+    :func:`bert_data.group.pass_randomness` derives for the unit's first pass), so rows of every
+    packing pattern are mixed in every shard; rows are dealt round-robin from that pass's first
+    shard. Nothing else is drawn."""
+
+    def __init__(self, params: PackingParams, packing_seed: int, first_shard: int, num_shards: int,
+                 buffer_tokens: Optional[int] = None) -> None:
+        self.params = params
+        self.rng = np.random.Generator(np.random.PCG64(packing_seed))
+        self.first_shard, self.num_shards = first_shard, num_shards
+        self.buffer_tokens = buffer_tokens or PACK_BUFFER_TOKENS
+        self.buffer = InstanceBuffer(params.paired)
+        self.held_tokens = 0
+        self.rows = 0  # rows written so far (complete after finish())
+        self.real_tokens = 0  # tokens of the packed instances
+        self.predictions = 0
+
+    def add(self, batches: Iterable[Tuple[Mapping[str, np.ndarray], object]]) -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
+        """Take a pass's batches of unpacked instances; yield the rows of every buffer they fill."""
+        for features, _ in batches:
             count, lo = len(features["input_ids"]), 0
+            lengths = np.asarray(features["input_mask"]).sum(axis=1)
             while lo < count:
-                hi = min(count, lo + target - buffer.n)
-                buffer.add(features, lo, hi)
+                room = self.buffer_tokens - self.held_tokens
+                reach = np.cumsum(lengths[lo:])
+                hi = lo + int(np.searchsorted(reach, room, side="left")) + 1  # the instance that fills the buffer, included
+                hi = min(hi, count)
+                self.buffer.add(features, lo, hi)
+                self.held_tokens += int(reach[hi - lo - 1])
                 lo = hi
-                if buffer.n == target:
-                    for rows in _flush(buffer):
-                        yield rows, shard_of_rows(written, len(rows["input_ids"]), randomness.first_shard, num_shards)
-                        written += len(rows["input_ids"])
-                    target = next(wanted, 0)
-        if buffer.n:  # only when the inner pass made more instances than it announced (never in production)
-            for rows in _flush(buffer):
-                yield rows, shard_of_rows(written, len(rows["input_ids"]), randomness.first_shard, num_shards)
-                written += len(rows["input_ids"])
-        packed.rows = written
+                if self.held_tokens >= self.buffer_tokens:
+                    yield from self._flush()
 
-    def _flush(buffer: InstanceBuffer) -> Iterator[Dict[str, np.ndarray]]:
-        instances = buffer.take()
-        packed.real_tokens += int(instances["length"].sum())
-        packed.predictions += int(instances["npred"].sum())
-        rows = pack_instances(instances, params, rng)
-        del instances
-        count = len(rows["input_ids"])
-        for lo in range(0, count, PACKED_BATCH_ROWS):
-            yield {name: value[lo : lo + PACKED_BATCH_ROWS] for name, value in rows.items()}
+    def finish(self) -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
+        """The rows of what is left in the buffer."""
+        if self.buffer.n:
+            yield from self._flush()
 
-    packed.batches = batches()
-    return packed
+    def _flush(self) -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
+        instances = self.buffer.take()
+        self.held_tokens = 0
+        self.real_tokens += int(instances["length"].sum())
+        self.predictions += int(instances["npred"].sum())
+        params = self.params
+        packs = best_fill(instances["length"], instances["npred"], params.max_seq_length, params.prediction_budget,
+                          params.max_sequences_per_pack)
+        packs = [packs[p] for p in self.rng.permutation(len(packs)).tolist()]
+        for lo in range(0, len(packs), PACKED_BATCH_ROWS):
+            chunk = packs[lo : lo + PACKED_BATCH_ROWS]
+            members = np.asarray([i for pack in chunk for i in pack], dtype=np.int64)
+            local, start = [], 0
+            for pack in chunk:
+                local.append(list(range(start, start + len(pack))))
+                start += len(pack)
+            rows = assemble_rows(select_instances(instances, members), local, params)
+            yield rows, shard_of_rows(self.rows, len(chunk), self.first_shard, self.num_shards)
+            self.rows += len(chunk)
+
+    def count(self, stats: Counter) -> None:
+        """Add the unit's row counters (the manifest's ``packing_summary``)."""
+        stats["packed_rows"] += self.rows
+        stats["packed_real_tokens"] += self.real_tokens
 
 
 def packing_summary(instances: int, rows: int, real_tokens: int, max_seq_length: int,
