@@ -25,6 +25,7 @@ round-robin to the shards, as unpacked rows are.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -38,9 +39,15 @@ from .instances import INSTANCE_BATCH_ROWS, shard_of_rows
 # 0.40% of 1,000); at MSL 128, where few short instances must complete many nearly full rows,
 # it does (UnitPacker's docstring).
 PACK_BUFFER_TOKENS = 1 << 22
-# Packed rows are handed to the writer in batches of at most this many (the encoder's
-# temporaries grow with a batch's rows), as unpacked instances are (instances.INSTANCE_BATCH_ROWS).
+# Packed rows are assembled and handed to the writer in batches of at most this many rows (as
+# unpacked instances are, instances.INSTANCE_BATCH_ROWS) and at most PACKED_BATCH_TOKENS padded
+# tokens: a batch's assembly temporaries and the encoder's grow with its padded tokens.
 PACKED_BATCH_ROWS = INSTANCE_BATCH_ROWS
+PACKED_BATCH_TOKENS = 1 << 20
+
+
+def packed_batch_rows(max_seq_length: int) -> int:
+    return max(1, min(PACKED_BATCH_ROWS, PACKED_BATCH_TOKENS // max_seq_length))
 
 
 @dataclass(frozen=True)
@@ -119,59 +126,76 @@ def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: in
 
 class _Histogram:
     """The instances left, by length: per length a stack of indices whose top has the fewest
-    predictions (ties: the lowest index), and the count per length."""
+    predictions (ties: the lowest index), the count per length, and the lengths present, sorted
+    (plain Python lists: a row's fill is found with a few bisections, no array per row)."""
 
     def __init__(self, lengths: np.ndarray, predictions: np.ndarray, max_length: int) -> None:
-        self.predictions = predictions
+        self.predictions = predictions.tolist()
         order = np.lexsort((-np.arange(len(lengths)), -predictions, lengths))  # by length, then most predictions first
-        self.count = np.bincount(lengths, minlength=max_length + 1).astype(np.int64)
-        bounds = np.concatenate([[0], np.cumsum(self.count)]).tolist()
+        counts = np.bincount(lengths, minlength=max_length + 1)
+        bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         order_l = order.tolist()
+        self.count: List[int] = counts.tolist()
         self.stacks: List[List[int]] = [order_l[bounds[n]:bounds[n + 1]] for n in range(max_length + 1)]
+        self.present: List[int] = [n for n in range(1, max_length + 1) if self.count[n]]
 
     def take(self, length: int) -> int:
         self.count[length] -= 1
+        if not self.count[length]:
+            del self.present[bisect_left(self.present, length)]
         return self.stacks[length].pop()
 
     def _fewest(self, length: int, nth: int = 1) -> int:
         """The predictions of the ``nth`` instance of ``length`` taken next."""
-        return int(self.predictions[self.stacks[length][-nth]])
+        return self.predictions[self.stacks[length][-nth]]
 
     def longest_fitting(self, free_tokens: int, free_preds: int) -> List[int]:
-        for length in np.nonzero(self.count[1:free_tokens + 1])[0][::-1].tolist():
-            if self._fewest(length + 1) <= free_preds:
-                return [length + 1]
+        for j in range(bisect_right(self.present, free_tokens) - 1, -1, -1):
+            if self._fewest(self.present[j]) <= free_preds:
+                return [self.present[j]]
         return []
+
+    def _partner(self, longer: int, free_tokens: int, free_preds: int) -> int:
+        """The longest partner of ``longer`` (not longer than it, within the free tokens and, with
+        it, the free predictions), or 0."""
+        present = self.present
+        j = bisect_right(present, min(free_tokens - longer, longer)) - 1
+        while j >= 0:
+            partner = present[j]
+            nth = 2 if partner == longer else 1
+            if self.count[partner] >= nth and self._fewest(longer) + self._fewest(partner, nth) <= free_preds:
+                return partner
+            j -= 1
+        return 0
 
     def best_fill(self, free_tokens: int, free_preds: int, slots: int) -> List[int]:
         """The lengths of the single instance or pair (``slots`` >= 2) that fill ``free_tokens``
-        best within ``free_preds``; equally good pairs: the most balanced. [] when none fits."""
-        present = (np.nonzero(self.count[1:free_tokens + 1])[0] + 1).tolist()
-        if not present:
-            return []
-        best_total, best = 0, []
-        for length in reversed(present):  # a single instance: the longest that fits
-            if self._fewest(length) <= free_preds:
-                best_total, best = length, [length]
+        best within ``free_preds`` (the most tokens; then the shortest longer member, so a pair
+        beats a single of the same total); [] when none fits."""
+        present = self.present
+        top = bisect_right(present, free_tokens)
+        best_key, best = (0, 0), []
+        for j in range(top - 1, -1, -1):  # a single instance: the longest that fits
+            if self._fewest(present[j]) <= free_preds:
+                best_key, best = (present[j], -present[j]), [present[j]]
                 break
-        if slots < 2 or (slots > 2 and best_total == free_tokens):
+        if slots < 2 or (slots > 2 and best_key[0] == free_tokens):
             return best  # with slots to spare an exact single is kept; with two, a balanced exact pair beats it
-        largest_upto = np.zeros(free_tokens + 1, np.int64)  # the longest length present <= x
-        largest_upto[present] = present
-        largest_upto = np.maximum.accumulate(largest_upto).tolist()
-        for longer in reversed(present):
-            if 2 * longer < best_total:
-                break  # no pair with this longer member can beat the best found
-            partner = largest_upto[min(free_tokens - longer, longer)] if free_tokens > longer else 0
-            while partner:  # the longest partner <= longer that is present and fits the budget
-                nth = 2 if partner == longer else 1
-                if self.count[partner] >= nth and self._fewest(longer) + self._fewest(partner, nth) <= free_preds:
-                    break
-                partner = largest_upto[partner - 1]
-            if partner and longer + partner >= best_total:
-                best_total, best = longer + partner, [longer, partner]  # ties: the later, more balanced pair
-                if best_total == free_tokens and 2 * partner >= free_tokens - 1:
-                    break
+        half = bisect_left(present, (free_tokens + 1) // 2, 0, top)
+        for j in range(half, top):  # longer >= half the room, shortest first: the first exact pair is the best fill
+            longer = present[j]
+            partner = self._partner(longer, free_tokens, free_preds)
+            if partner and (longer + partner, -longer) > best_key:
+                best_key, best = (longer + partner, -longer), [longer, partner]
+                if longer + partner == free_tokens:
+                    return best
+        for j in range(half - 1, -1, -1):  # longer < half the room: no exact pair; longest first
+            longer = present[j]
+            if 2 * longer < best_key[0]:
+                break
+            partner = self._partner(longer, free_tokens, free_preds)
+            if partner and (longer + partner, -longer) > best_key:
+                best_key, best = (longer + partner, -longer), [longer, partner]
         return best
 
 
@@ -198,7 +222,7 @@ class InstanceBuffer:
         slots = weights != 0
         parts = {
             "length": real.astype(np.int64),
-            "ids": np.asarray(features["input_ids"][lo:hi])[run].astype(np.int32),
+            "ids": _compact_ids(np.asarray(features["input_ids"][lo:hi])[run]),
             "npred": slots.sum(axis=1).astype(np.int64),
             "mlm_pos": pos[slots].astype(np.int32),
             "mlm_ids": np.asarray(features["masked_lm_ids"][lo:hi])[slots].astype(np.int32),
@@ -216,6 +240,12 @@ class InstanceBuffer:
         return out
 
 
+def _compact_ids(ids: np.ndarray) -> np.ndarray:
+    """Token ids in 2 bytes when they fit (every vocabulary under 65,536), else 4: a buffer's
+    memory is mostly its ids."""
+    return ids.astype(np.uint16 if not len(ids) or int(ids.max()) < 1 << 16 else np.int32)
+
+
 def pack_instances(instances: Mapping[str, np.ndarray], params: PackingParams,
                    rng: Optional[np.random.Generator]) -> Dict[str, np.ndarray]:
     """One buffer of compact instances (:class:`InstanceBuffer`) -> packed rows, shuffled by ``rng``
@@ -229,73 +259,43 @@ def pack_instances(instances: Mapping[str, np.ndarray], params: PackingParams,
 
 def assemble_rows(instances: Mapping[str, np.ndarray], packs: Sequence[Sequence[int]],
                   params: PackingParams) -> Dict[str, np.ndarray]:
-    """The packed rows of ``packs`` (each a list of instance indices, in row order), vectorised."""
+    """The packed rows of ``packs`` (each a list of instance indices, in row order), vectorised:
+    the instances are first gathered in row order, so each row's real tokens (and predictions,
+    and NSP slots) are one contiguous run that a boolean mask of the row's filled prefix places."""
+    members = np.fromiter((i for pack in packs for i in pack), np.int64)
+    depths = np.fromiter((len(pack) for pack in packs), np.int64, len(packs))
+    ordered = select_instances(instances, members)
     L, B, K = params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack
-    lengths, npred = instances["length"], instances["npred"]
-    n, rows = len(lengths), len(packs)
-    row_of = np.empty(n, np.int64)
-    slot_of = np.empty(n, np.int64)  # 0-based index of the instance in its row
-    flat = [i for pack in packs for i in pack]
-    row_of[flat] = np.repeat(np.arange(rows), [len(p) for p in packs])
-    slot_of[flat] = np.concatenate([np.arange(len(p)) for p in packs]) if rows else np.zeros(0, np.int64)
-    # token and prediction offsets of each instance in its row: cumulative over the row's order
-    flat_a = np.asarray(flat, dtype=np.int64)
-    tok_in_order = lengths[flat_a]
-    pred_in_order = npred[flat_a]
-    first = np.zeros(len(flat_a), bool)
-    first[slot_of[flat_a] == 0] = True
-    offset = np.empty(n, np.int64)
-    moffset = np.empty(n, np.int64)
-    offset[flat_a] = _row_exclusive_cumsum(tok_in_order, first)
-    moffset[flat_a] = _row_exclusive_cumsum(pred_in_order, first)
-
-    tok_start = np.concatenate([[0], np.cumsum(lengths)])
-    pred_start = np.concatenate([[0], np.cumsum(npred)])
-    tok_inst = np.repeat(np.arange(n), lengths)  # instance of each compact token
-    tok_pos = np.arange(int(tok_start[-1])) - tok_start[tok_inst]  # position within its instance
-    tok_target = row_of[tok_inst] * L + offset[tok_inst] + tok_pos
-
+    rows = len(depths)
+    lengths, npred = ordered["length"], ordered["npred"]
+    first = np.cumsum(depths) - depths  # each row's first instance
+    slot = np.arange(len(lengths)) - np.repeat(first, depths)  # 0-based index of an instance in its row
+    tok_start = np.cumsum(lengths) - lengths
+    offset = tok_start - np.repeat(tok_start[first], depths)  # the instance's first token in its row
+    fill = np.add.reduceat(lengths, first) if rows else np.zeros(0, np.int64)
+    real = np.arange(L) < fill[:, None]
     out: Dict[str, np.ndarray] = {}
-    ids = np.zeros(rows * L, np.int32)
-    ids[tok_target] = instances["ids"]
-    mask = np.zeros(rows * L, np.int32)
-    mask[tok_target] = (slot_of[tok_inst] + 1).astype(np.int32)
-    positions = np.zeros(rows * L, np.int32)
-    positions[tok_target] = tok_pos
-    out["input_ids"], out["input_mask"], out["positions"] = (a.reshape(rows, L) for a in (ids, mask, positions))
+    values = {"input_ids": ordered["ids"], "input_mask": np.repeat(slot + 1, lengths),
+              "positions": np.arange(int(lengths.sum())) - np.repeat(tok_start, lengths)}
     if params.paired:
-        segments = np.zeros(rows * L, np.int32)
-        segments[tok_target] = instances["segments"]
-        out["segment_ids"] = segments.reshape(rows, L)
-
-    pred_inst = np.repeat(np.arange(n), npred)
-    pred_target = row_of[pred_inst] * B + moffset[pred_inst] + (np.arange(int(pred_start[-1])) - pred_start[pred_inst])
-    mpos = np.zeros(rows * B, np.int32)
-    mpos[pred_target] = instances["mlm_pos"] + offset[pred_inst]
-    mids = np.zeros(rows * B, np.int32)
-    mids[pred_target] = instances["mlm_ids"]
-    mweights = np.zeros(rows * B, np.float32)
-    mweights[pred_target] = slot_of[pred_inst] + 1
-    out["masked_lm_positions"], out["masked_lm_ids"], out["masked_lm_weights"] = (
-        a.reshape(rows, B) for a in (mpos, mids, mweights))
+        values["segment_ids"] = ordered["segments"]
+    for name, value in values.items():
+        out[name] = np.zeros((rows, L), np.int32)
+        out[name][real] = value
+    predicted = np.arange(B) < (np.add.reduceat(npred, first) if rows else np.zeros(0, np.int64))[:, None]
+    for name, dtype, value in (("masked_lm_positions", np.int32, ordered["mlm_pos"] + np.repeat(offset, npred)),
+                               ("masked_lm_ids", np.int32, ordered["mlm_ids"]),
+                               ("masked_lm_weights", np.float32, np.repeat(slot + 1, npred))):
+        out[name] = np.zeros((rows, B), dtype)
+        out[name][predicted] = value
     if params.paired:
-        nsp_target = row_of * K + slot_of
-        nsp_pos = np.zeros(rows * K, np.int32)
-        nsp_pos[nsp_target] = offset
-        labels = np.zeros(rows * K, np.int32)
-        labels[nsp_target] = instances["labels"]
-        weights = np.zeros(rows * K, np.float32)
-        weights[nsp_target] = 1.0
-        out["next_sentence_positions"], out["next_sentence_labels"], out["next_sentence_weights"] = (
-            a.reshape(rows, K) for a in (nsp_pos, labels, weights))
+        filled = np.arange(K) < depths[:, None]
+        for name, dtype, value in (("next_sentence_positions", np.int32, offset),
+                                   ("next_sentence_labels", np.int32, ordered["labels"]),
+                                   ("next_sentence_weights", np.float32, 1.0)):
+            out[name] = np.zeros((rows, K), dtype)
+            out[name][filled] = value
     return out
-
-
-def _row_exclusive_cumsum(values: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Per run starting where ``first`` is True: the sum of the run's earlier values."""
-    total = np.cumsum(values) - values  # exclusive cumsum over everything
-    run_start = np.maximum.accumulate(np.where(first, np.arange(len(values)), 0)) if len(values) else values
-    return total - total[run_start]
 
 
 # --------------------------------------------------------------------------------------------
@@ -382,15 +382,11 @@ class UnitPacker:
         packs = best_fill(instances["length"], instances["npred"], params.max_seq_length, params.prediction_budget,
                           params.max_sequences_per_pack)
         packs = [packs[p] for p in self.rng.permutation(len(packs)).tolist()]
-        for lo in range(0, len(packs), PACKED_BATCH_ROWS):
-            chunk = packs[lo : lo + PACKED_BATCH_ROWS]
-            members = np.asarray([i for pack in chunk for i in pack], dtype=np.int64)
-            local, start = [], 0
-            for pack in chunk:
-                local.append(list(range(start, start + len(pack))))
-                start += len(pack)
-            rows = assemble_rows(select_instances(instances, members), local, params)
-            yield rows, shard_of_rows(self.rows, len(chunk), self.first_shard, self.num_shards)
+        step = packed_batch_rows(params.max_seq_length)
+        for lo in range(0, len(packs), step):
+            chunk = packs[lo : lo + step]
+            yield assemble_rows(instances, chunk, params), shard_of_rows(self.rows, len(chunk), self.first_shard,
+                                                                         self.num_shards)
             self.rows += len(chunk)
 
     def count(self, stats: Counter) -> None:

@@ -280,6 +280,39 @@ def _tiny_vocab(corpus):
     return load_vocab_info(str(corpus[2]))
 
 
+def test_inspect_checks_packed_rows_and_counts_rows_and_instances(corpus, tmp_path, capsys):
+    from bert_data.tools import inspect as inspect_tool
+
+    out = tmp_path / "packed"
+    _run(_args(corpus, out, packing=True))
+    summary = json.loads((out / "data_params.json").read_text())["packing_summary"]
+    capsys.readouterr()
+    assert inspect_tool.main([str(out), "--stats"]) == 0
+    report = capsys.readouterr().out
+    assert f"rows: {summary['rows']} ({summary['rows']} valid, 0 bad)" in report
+    assert f"packed rows: {summary['rows']} holding {summary['instances']} instances" in report
+    assert "instances: " not in report.splitlines()[1]
+    # a row whose second instance lost its [CLS] is found (exit 1), in a copy of the output
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for path in out.iterdir():
+        (broken / path.name).write_bytes(path.read_bytes())
+    shard = sorted(broken.glob("*.tfrecords"))[0]
+    records = [parse_example(raw) for raw in iter_records(str(shard))]
+    deep = next(i for i, r in enumerate(records) if r["next_sentence_weights"][1] > 0)
+    records[deep]["input_ids"][records[deep]["next_sentence_positions"][1]] = 9
+    from bert_data.format.example_wire import serialize_examples
+    from bert_data.format.schema import feature_order
+    from bert_data.format.tfrecord import frame_records
+    from bert_data.objectives import OBJECTIVES as ROWS
+
+    order = feature_order(ROWS["nsp_packed"].features)
+    batch = {name: np.stack([r[name] for r in records]) for name in records[0]}
+    shard.write_bytes(frame_records(serialize_examples(batch, order)))
+    assert inspect_tool.main([str(broken), "--stats"]) == 1
+    assert "rows: {0} ({1} valid, 1 bad)".format(summary["rows"], summary["rows"] - 1) in capsys.readouterr().out
+
+
 def test_depth_one_writes_the_unpacked_instances_one_per_row(corpus, tmp_path):
     _run(_args(corpus, tmp_path / "plain"))
     _run(_args(corpus, tmp_path / "packed", packing=True, max_sequences_per_pack=1))

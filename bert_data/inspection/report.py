@@ -49,6 +49,15 @@ def verdict(report: Dict[str, Any]) -> str:
     return "FAILED" if not report.get("ok") else "WARNINGS" if report.get("data_warnings") else "OK"
 
 
+def _records_word(report: Dict[str, Any]) -> str:
+    """What the record count counts: packed rows hold several instances each (counted on the
+    ``packed rows:`` line), so their records are not called instances."""
+    layouts = [str(entry.get("record_schema")) for entry in report["lengths"]]
+    if layouts and all(layout.endswith("_packed") for layout in layouts):
+        return "rows"
+    return "records" if any(layout.endswith("_packed") for layout in layouts) else "instances"
+
+
 def format_stats(report: Dict[str, Any]) -> str:
     """The human-readable report printed by ``--stats`` (last line ``OK``, ``WARNINGS: ...`` or
     ``FAILED``)."""
@@ -59,7 +68,7 @@ def format_stats(report: Dict[str, Any]) -> str:
         f"files: {len(files)} ({', '.join(f'{v} {k}' for k, v in sorted(comp.items()))})"
     )
     out.append(
-        f"instances: {report['instances']} ({report['valid_instances']} valid, {report['bad_records']} bad)"
+        f"{_records_word(report)}: {report['instances']} ({report['valid_instances']} valid, {report['bad_records']} bad)"
     )
     for entry in report["lengths"]:
         layout = entry.get("record_schema")
@@ -174,8 +183,12 @@ def write_plot(
     word = verdict(report)
     title = {"OK": "OK", "FAILED": "FAILED, see the text report"}.get(
         word, f"WARNINGS ({len(report.get('data_warnings', []))}), see the text report")
+    packing = report.get("packing")
+    counted = f"{report['instances']} {_records_word(report)}"
+    if packing is not None:
+        counted += f" holding {packing['instances']} instances"
     fig.suptitle(
-        f"{report['instances']} instances ({report.get('record_schema') or 'no layout'}): " + title,
+        f"{counted} ({report.get('record_schema') or 'no layout'}): " + title,
         fontsize=13, color={"OK": "#2a7d2a", "FAILED": "#b22222"}.get(word, "#c77c00"),
     )
     fig.tight_layout()
@@ -275,9 +288,11 @@ def _plot_unk(ax: Any, report: Dict[str, Any], shards: Sequence[Tuple[str, int, 
 def _plot_summary(ax: Any, report: Dict[str, Any]) -> None:
     lines = [
         f"files: {len(report['files'])}",
-        f"instances: {report['instances']}",
+        f"{_records_word(report)}: {report['instances']}",
         f"valid: {report['valid_instances']}, bad: {report['bad_records']}",
         f"schema: {report.get('record_schema')}",
+        *([f"instances per row: {report['packing']['average_sequences_per_row']}",
+           f"padding: {report['packing']['padding']:.2%}"] if report.get("packing") is not None else []),
         f"manifest mismatches: {len(report['manifest_problems'])}",
         f"warnings: {len(report['warnings']) + len(report.get('data_warnings', []))}",
     ]
