@@ -181,15 +181,23 @@ class _Histogram:
                 break
         if slots < 2 or (slots > 2 and best_key[0] == free_tokens):
             return best  # with slots to spare an exact single is kept; with two, a balanced exact pair beats it
-        half = bisect_left(present, (free_tokens + 1) // 2, 0, top)
-        for j in range(half, top):  # longer >= half the room, shortest first: the first exact pair is the best fill
+        if not top:
+            return best
+        upper = bisect_right(present, free_tokens - present[0], 0, top)  # longer members with a partner short enough
+        half = bisect_left(present, (free_tokens + 1) // 2, 0, upper)
+        count = self.count
+        for j in range(half, upper):  # an exact pair, the most balanced first (longer >= half the room, shortest first)
+            longer = present[j]
+            partner = free_tokens - longer
+            nth = 2 if partner == longer else 1
+            if count[partner] >= nth and self._fewest(longer) + self._fewest(partner, nth) <= free_preds:
+                return [longer, partner]
+        for j in range(half, upper):  # no exact pair: the fullest, then the most balanced
             longer = present[j]
             partner = self._partner(longer, free_tokens, free_preds)
             if partner and (longer + partner, -longer) > best_key:
                 best_key, best = (longer + partner, -longer), [longer, partner]
-                if longer + partner == free_tokens:
-                    return best
-        for j in range(half - 1, -1, -1):  # longer < half the room: no exact pair; longest first
+        for j in range(half - 1, -1, -1):  # longer < half the room: longest first
             longer = present[j]
             if 2 * longer < best_key[0]:
                 break
@@ -275,8 +283,8 @@ def assemble_rows(instances: Mapping[str, np.ndarray], packs: Sequence[Sequence[
     fill = np.add.reduceat(lengths, first) if rows else np.zeros(0, np.int64)
     real = np.arange(L) < fill[:, None]
     out: Dict[str, np.ndarray] = {}
-    values = {"input_ids": ordered["ids"], "input_mask": np.repeat(slot + 1, lengths),
-              "positions": np.arange(int(lengths.sum())) - np.repeat(tok_start, lengths)}
+    values = {"input_ids": ordered["ids"], "input_mask": np.repeat((slot + 1).astype(np.int32), lengths),
+              "positions": _ramps(np.zeros(len(lengths), np.int64), lengths)}
     if params.paired:
         values["segment_ids"] = ordered["segments"]
     for name, value in values.items():
@@ -308,9 +316,8 @@ def select_instances(instances: Mapping[str, np.ndarray], indices: np.ndarray) -
     out: Dict[str, np.ndarray] = {}
     for count_key, names in (("length", ("ids", "segments")), ("npred", ("mlm_pos", "mlm_ids"))):
         counts = instances[count_key]
-        starts = np.concatenate([[0], np.cumsum(counts)])[indices]
         picked = counts[indices]
-        gather = np.repeat(starts - (np.cumsum(picked) - picked), picked) + np.arange(int(picked.sum()))
+        gather = _ramps((np.cumsum(counts) - counts)[indices], picked)
         for name in names:
             if name in instances:
                 out[name] = instances[name][gather]
@@ -318,6 +325,22 @@ def select_instances(instances: Mapping[str, np.ndarray], indices: np.ndarray) -
     if "labels" in instances:
         out["labels"] = instances["labels"][indices]
     return out
+
+
+def _ramps(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``start, start + 1, ..., start + length - 1`` for each (start, length), back to back, in
+    int32 (a buffer's tokens are far fewer than 2**31): one cumulative sum of steps, the ramp's
+    jump written where each run begins."""
+    total = int(lengths.sum())
+    steps = np.ones(total, np.int32)
+    if not total:
+        return steps
+    runs = lengths > 0
+    begins = (np.cumsum(lengths) - lengths)[runs]
+    first = starts[runs].astype(np.int64)
+    last_end = np.concatenate([[0], (first + lengths[runs])[:-1] - 1])
+    steps[begins] = (first - last_end).astype(np.int32)
+    return np.cumsum(steps, dtype=np.int32)
 
 
 class UnitPacker:
