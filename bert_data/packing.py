@@ -101,11 +101,15 @@ def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: in
         raise ValueError("an instance is empty, longer than the row or has more predictions than its budget")
     histogram = _Histogram(lengths_a, preds_a, max_length)
     packs: List[List[int]] = []
+    predictions_l = preds_a.tolist()
     for length in range(max_length, 0, -1):
         while histogram.count[length]:
-            pack = [histogram.take(length)]
             free_tokens = max_length - length
-            free_preds = prediction_budget - int(preds_a[pack[0]])
+            if max_sequences_per_pack == 1 or not histogram.present or free_tokens < histogram.present[0]:
+                packs.extend([index] for index in histogram.take_all(length))  # nothing left is short enough
+                break
+            pack = [histogram.take(length)]
+            free_preds = prediction_budget - predictions_l[pack[0]]
             while free_tokens and len(pack) < max_sequences_per_pack:
                 slots = max_sequences_per_pack - len(pack)
                 fill = histogram.best_fill(free_tokens, free_preds, slots)
@@ -117,7 +121,7 @@ def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: in
                     index = histogram.take(member)
                     pack.append(index)
                     free_tokens -= member
-                    free_preds -= int(preds_a[index])
+                    free_preds -= predictions_l[index]
                 if slots <= 2 or not free_tokens:
                     break
             packs.append(pack)
@@ -144,6 +148,15 @@ class _Histogram:
         if not self.count[length]:
             del self.present[bisect_left(self.present, length)]
         return self.stacks[length].pop()
+
+    def take_all(self, length: int) -> List[int]:
+        """Every instance of ``length`` left, in the order :meth:`take` would give them."""
+        taken = self.stacks[length][::-1]
+        self.stacks[length] = []
+        if self.count[length]:
+            self.count[length] = 0
+            del self.present[bisect_left(self.present, length)]
+        return taken
 
     def _fewest(self, length: int, nth: int = 1) -> int:
         """The predictions of the ``nth`` instance of ``length`` taken next."""
