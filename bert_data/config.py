@@ -48,6 +48,7 @@ class Config:
     num_output_files: int = 10
     name: str = "examples"
     compression: str = "none"
+    output_format: str = "tfrecord"  # "parquet" / "mds": unpadded rows for PyTorch (format.containers, docs/recipes.md)
     overwrite: bool = False
     resume: bool = False
     # --- train/validation split (documents are split before any instance is made) -----------
@@ -79,6 +80,8 @@ class Config:
     scheduler_address: str = ""  # --runner dask: tcp://HOST:PORT of a running scheduler ("" and no file: a LocalCluster)
     scheduler_file: str = ""  # --runner dask: a scheduler file (dask-jobqueue, `dask scheduler --scheduler-file`)
     dask_dashboard: bool = False  # --runner dask: serve the LocalCluster's dashboard (its link is logged)
+    # --- token cache (bert_data.token_cache) ---
+    from_tokens: str = ""  # a `bert-data tokenize` directory: units read from it, not read/segmented/tokenized
 
     def __post_init__(self) -> None:
         """Defaults that depend on other settings, as the Model Zoo resolves them: with --mlm_only,
@@ -101,6 +104,10 @@ class Config:
         for f in fields(self):
             if f.name in DERIVED_SETTINGS or (f.name in PACKING_SETTINGS and not self.packing):
                 continue
+            if f.name == "output_format" and self.output_format == "tfrecord":
+                continue  # as for packing: TFRecord runs' settings and manifests stay what they were
+            if f.name == "from_tokens" and not self.from_tokens:
+                continue  # so do the settings and manifests of runs from the text
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
@@ -129,7 +136,8 @@ DERIVED_SETTINGS = frozenset({"negative_pool"})
 
 # Settings that do not change a single output byte: a resumed run may differ in these.
 NON_OUTPUT_SETTINGS = frozenset({"num_workers", "overwrite", "resume", "output_dir", "runner", "beam_options",
-                                 "scheduler_address", "scheduler_file", "dask_dashboard"})
+                                 "scheduler_address", "scheduler_file", "dask_dashboard",
+                                 "from_tokens"})  # a run from the token cache writes the bytes of the run from the text
 
 
 def output_settings(config: "Config") -> Dict[str, Any]:
@@ -290,6 +298,8 @@ def validate(config: Config, require_inputs: bool = True) -> None:
     _validate_objective(config)
     _validate_packing(config)
     _validate_runner(config)
+    _validate_from_tokens(config)
+    _validate_output_format(config)
 
 
 def _validate_inputs(config: Config) -> None:
@@ -431,8 +441,58 @@ def _validate_objective(config: Config) -> None:
         )
 
 
+def _validate_output_format(config: Config) -> None:
+    """--output_format: a known container, whose records this run's layout can be, with its package."""
+    import importlib.util
+
+    from .format.containers import CONTAINERS, container_of, is_rewriting  # lazy: config stays a leaf
+    from .objectives import layout_of
+
+    name = config.output_format
+    if name not in CONTAINERS:
+        raise ConfigError(f"--output_format must be one of {', '.join(CONTAINERS)}, got {short_repr(name)}")
+    container = container_of(config)
+    if not is_rewriting(container):
+        return
+    flag = f"--output_format {name}"
+    if config.compression != "none":
+        raise ConfigError(f"--compression {config.compression} is for TFRecords; {flag} compresses its own way: drop --compression")
+    if config.packing and not container.packed_rows:
+        raise ConfigError(
+            f"--packing writes padded TFRecord rows; {flag} stores every row unpadded already (pad per batch in the "
+            f"collator): drop --packing, or write --output_format tfrecord"
+        )
+    if config.runner == "beam":
+        raise ConfigError(f"{flag} is written by --runner local or dask; --runner beam writes TFRecords only")
+    layout = layout_of(config.mlm_only, config.sentence_order_prediction, config.disable_masking, config.unmasked_format,
+                       packing=config.packing)
+    problem = container.supports(layout) or container.settings_problem(config)
+    if problem:
+        fix = "; pass --unmasked_format ids" if config.disable_masking else ""
+        raise ConfigError(f"{flag}: {problem}{fix}")
+    module = {"pyarrow": "pyarrow", "mosaicml-streaming": "streaming"}.get(container.package, container.package)
+    if importlib.util.find_spec(module) is None:
+        extra = "torch" if name in ("parquet", "hdf5") else name
+        raise ConfigError(f"{flag} needs the package {container.package}: pip install 'bert_data[{extra}]'")
+
+
 RUNNERS = ("local", "beam", "dask")
 UNMASKED_FORMATS = ("tokens", "ids")  # --disable_masking: the Model Zoo's token strings, or our int64 ids
+
+
+def _validate_from_tokens(config: Config) -> None:
+    """--from_tokens: a local directory, groups planned as the cache's (so not per split half)."""
+    if not config.from_tokens:
+        return
+    if "://" in config.from_tokens:
+        raise ConfigError(f"--from_tokens {config.from_tokens}: a token cache is read from a local (or mounted) path")
+    if config.runner == "beam":
+        raise ConfigError("--from_tokens is read by --runner local and dask; drop it for --runner beam")
+    if config.validation_fraction or config.validation_metadata_files:
+        raise ConfigError(
+            "--from_tokens plans the groups the cache was made with, and a train/validation split plans others: "
+            "split the metadata first (split_metadata) and tokenize each half, or drop --from_tokens"
+        )
 
 
 def _validate_runner(config: Config) -> None:

@@ -9,7 +9,8 @@ is named after the moment of the run it kills, so a test says what it breaks:
   ``checkpointed`` (its journal entry written), ``indexed`` (a URL output's group index
   written), ``published`` (shards in place, manifest not yet; GROUP is 0), ``worker`` (a worker
   process about to make GROUP, as the OOM killer would), ``moved`` (BERT-named output file GROUP
-  renamed into place).
+  renamed into place), ``tokenized`` (`bert-data tokenize`: group GROUP's tokens written, its
+  sidecar not yet).
 * ``BERT_DATA_DASK_PAUSE=MARKER:GROUP``, ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` and
   ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` (:func:`dask_worker_faults`): a Dask worker making GROUP
   waits two minutes after creating MARKER (a run stopped while a group is surely in flight),
@@ -25,7 +26,7 @@ import signal
 import time
 
 CRASH_AT = "BERT_DATA_CRASH_AT"
-CRASH_STAGES = ("appended", "checkpointed", "indexed", "published", "worker", "moved")
+CRASH_STAGES = ("appended", "checkpointed", "indexed", "published", "worker", "moved", "tokenized")
 
 
 def crash_point(stage: str, group_index: int) -> None:

@@ -11,8 +11,12 @@ instances and masks them. NSP's random B segments come from the run's negative p
 work is cut. Memory per worker is bounded by one unit plus the pool. :func:`group_batches`
 reads top to bottom as the pipeline, one call into each stage:
 
-    read (documents) -> segment (sentences) -> tokenize (tokenization)
+    read (documents) -> segment (sentences) -> tokenize (tokenization)    (tokenized_units)
       -> per pass: plan + mask (the objective's planner: instances / windows + masking)
+
+With ``--from_tokens DIR`` the first three stages are the token cache's units instead
+(:func:`bert_data.token_cache.cached_units`, made by `bert-data tokenize` with
+:func:`tokenized_units`, counters included): the passes, and so the bytes, are the same.
 
 It writes no file: where the batches go (encoder, container, fragment) is the worker's
 business (:func:`bert_data.runners.worker.make_group`, which every runner calls).
@@ -30,7 +34,7 @@ import random
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -43,6 +47,7 @@ from .masking import MaskingParams
 from .metadata import GroupPlan, WorkItem
 from .negatives import DocumentOrigins, NegativePool, build_pool, one_document_per_file
 from .objectives import Objective, objective_of
+from .token_cache import TokenizedUnit, cached_pool, cached_units
 from .tokenization import TokenizedDocuments, tokenize_group
 
 Batch = Tuple[Mapping[str, np.ndarray], np.ndarray]  # features (one row per instance), the shard of each row
@@ -99,8 +104,11 @@ def ensure_pool(resources: Resources) -> Optional[NegativePool]:
     config = resources.config
     if not resources.pool_built:
         if resources.objective is not None and resources.objective.negatives and config.negative_pool:
-            resources.pool = build_pool(config.negative_pool, resources.read_options, config.input_files_prefix,
-                                        config.metadata_files, resources.segmenter, resources.tokenizer)
+            def build() -> NegativePool:
+                return build_pool(config.negative_pool, resources.read_options, config.input_files_prefix,
+                                  config.metadata_files, resources.segmenter, resources.tokenizer)
+
+            resources.pool = cached_pool(config.from_tokens, config.negative_pool, build) if config.from_tokens else build()
         resources.pool_built = True
     return resources.pool
 
@@ -136,7 +144,9 @@ def build_resources(config: Config) -> Resources:
     from .tokenization import FullTokenizer, continuation_table
 
     tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
-    segmenter = SentenceSegmenter(config.spacy_model, config.lines_are_sentences)
+    segmenter = LazySegmenter(lambda: SentenceSegmenter(config.spacy_model, config.lines_are_sentences))
+    if not config.from_tokens:  # (a run from the token cache segments at most its NSP pool: spaCy may never load)
+        segmenter = segmenter.made()
     params = InstanceParams(
         max_seq_length=config.max_seq_length,
         short_seq_prob=config.short_seq_prob,
@@ -162,6 +172,24 @@ def build_resources(config: Config) -> Resources:
     encoder = ENCODERS[objective.encoder](objective.features, tokenizer.vocab)
     return Resources(config, segmenter, tokenizer, params, masking, is_continuation, separator_id,
                      objective=objective, encoder=encoder)
+
+
+class LazySegmenter:
+    """The sentence segmenter, made at its first use: a ``--from_tokens`` run segments nothing but
+    its NSP negative pool, which the token cache usually holds already (``cached_pool``), so most
+    such workers never load spaCy (~0.7 CPU-s each)."""
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self._make = make
+        self._segmenter: object = None
+
+    def made(self) -> object:
+        if self._segmenter is None:
+            self._segmenter = self._make()
+        return self._segmenter
+
+    def segment(self, documents: Sequence[str]):
+        return self.made().segment(documents)
 
 
 def document_separator_id(config: Config, vocab: Dict[str, int]) -> int:
@@ -219,22 +247,15 @@ def group_batches(
             pool = ensure_pool(resources)
         if pool is not None and group_index == 0:  # the pool's facts, counted once per run (group 0 always runs)
             stats.update(pool.facts)
-    origins: Optional[Deque[int]] = deque() if objective.negatives else None
-    documents = clock.timed("read", _read(items, resources, stats, origins))
+    if config.from_tokens:  # --from_tokens: the units as `bert-data tokenize` made them (bert_data.token_cache)
+        units = clock.timed("read", cached_units(config, group_index, items, stats, objective.negatives))
+    else:
+        units = tokenized_units(items, resources, stats, clock, objective.negatives)
     work = WorkDone(resources.bytes_read, stats)
-    for unit, unit_documents in enumerate(cut_units(documents, config.group_bytes)):
+    for tokenized_unit in units:
         work.unit_read()
-        unit_origins = [origins.popleft() for _ in unit_documents] if origins is not None else None
-        with clock("segment"):
-            per_doc_sentences, chunked = resources.segmenter.segment(unit_documents)
-            stats["paragraph_chunks"] += chunked
-        with clock("tokenize"):
-            tokenized = _tokenize(unit_documents, per_doc_sentences, resources, stats)
-        group = tokenized.group
+        unit, group, unit_origins = tokenized_unit.index, tokenized_unit.group, tokenized_unit.origins
         if group.n_docs:  # a unit without a usable document has no pass
-            if unit_origins is not None:
-                left_out = set(tokenized.left_out)
-                unit_origins = [o for d, o in enumerate(unit_origins) if d not in left_out]
             objective.count_unit(group, resources, unit_origins, stats)
             plan_pass = objective.planner(group, resources, unit_origins)
             packer = None  # --packing: the unit's passes are packed together (bert_data.packing.UnitPacker)
@@ -254,6 +275,27 @@ def group_batches(
                 packer.count(stats)
         stats["units"] += 1
     work.group_done()
+
+
+def tokenized_units(
+    items: Sequence[WorkItem], resources: Resources, stats: Counter, clock: "StageClock", with_origins: bool
+) -> Iterator[TokenizedUnit]:
+    """Read, segment and tokenize: the group's documents cut into units, each segmented and
+    tokenized once (with ``with_origins``, each kept document's origin for NSP). What a dupe pass
+    reads, and what `bert-data tokenize` stores (:mod:`bert_data.token_cache`)."""
+    origins: Optional[Deque[int]] = deque() if with_origins else None
+    documents = clock.timed("read", _read(items, resources, stats, origins))
+    for unit, unit_documents in enumerate(cut_units(documents, resources.config.group_bytes)):
+        unit_origins = [origins.popleft() for _ in unit_documents] if origins is not None else None
+        with clock("segment"):
+            per_doc_sentences, chunked = resources.segmenter.segment(unit_documents)
+            stats["paragraph_chunks"] += chunked
+        with clock("tokenize"):
+            tokenized = _tokenize(unit_documents, per_doc_sentences, resources, stats)
+        if unit_origins is not None:  # the kept documents' origins
+            left_out = set(tokenized.left_out)
+            unit_origins = [o for d, o in enumerate(unit_origins) if d not in left_out]
+        yield TokenizedUnit(unit, tokenized.group, unit_origins)
 
 
 def _read(items: Sequence, resources: Resources, stats: Counter, origins: Optional[Deque[int]]) -> Iterator[str]:

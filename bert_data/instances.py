@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .format.native import wire
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
 
@@ -328,9 +329,13 @@ def plan_pairs(
 def assemble(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Dict[str, np.ndarray]:
     """``[CLS] A [SEP] B [SEP]`` + padding for every planned pair, as (n, L) arrays, plus the
     masking inputs ``candidates`` (the tokens of A and B) and ``real_length``. ``ids`` is the
-    pass's token space (:meth:`Negatives.tokens`: the unit's, then the negatives')."""
+    pass's token space (:meth:`Negatives.tokens`: the unit's, then the negatives'). One C loop
+    per row with the accelerator (:func:`_assemble_native`), else the numpy below: the same arrays."""
     n = len(plan)
     length = params.max_seq_length
+    arrays = _assemble_native(ids, plan, params)
+    if arrays is not None:
+        return arrays
     a_lo = np.asarray(plan.a_lo, dtype=np.int64)[:, None]
     len_a = np.asarray(plan.a_hi, dtype=np.int64)[:, None] - a_lo
     b_lo = np.asarray(plan.b_lo, dtype=np.int64)[:, None]
@@ -356,6 +361,23 @@ def assemble(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Dict[st
         "real_length": real_length[:, 0],
         "next_sentence_labels": np.asarray(plan.is_random_next, dtype=np.int32)[:, None],
     }
+
+
+def _assemble_native(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Optional[Dict[str, np.ndarray]]:
+    """:func:`assemble` by ``_wire.assemble_pairs``; None without the accelerator, for a token
+    space that is not int32, or for a plan it refuses (numpy then says what is wrong)."""
+    native = wire()
+    if native is None or ids.dtype != np.int32 or params.max_seq_length < 3:
+        return None
+    n, length = len(plan), params.max_seq_length
+    rows = {name: np.empty((n, length), np.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+    candidates, real_length = np.empty((n, length), np.bool_), np.empty(n, np.int64)
+    bounds = [np.asarray(values, dtype=np.int64) for values in (plan.a_lo, plan.a_hi, plan.b_lo, plan.b_hi)]
+    if not native.assemble_pairs(n, length, np.ascontiguousarray(ids), *bounds, params.cls_id, params.sep_id,
+                                 rows["input_ids"], rows["input_mask"], rows["segment_ids"], candidates, real_length):
+        return None
+    return {**rows, "candidates": candidates, "real_length": real_length,
+            "next_sentence_labels": np.asarray(plan.is_random_next, dtype=np.int32)[:, None]}
 
 
 def pair_pass(

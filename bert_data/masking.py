@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .format.native import wire
+
 
 @dataclass(frozen=True)
 class MaskingParams:
@@ -68,8 +70,13 @@ def mask_batch(
     p = params.max_predictions_per_seq
     k = np.minimum(num_to_predict(arrays["real_length"], params), candidates.sum(axis=1))
     keys = rng.random((n, length))
-    keys[~candidates] = 2.0
     width = min(p, length)
+    coin = rng.random((n, width))  # drawn before the choice, which draws nothing: the same stream
+    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
+    chosen_native = _mask_rows_native(input_ids, candidates, keys, k, coin, random_ids, params)
+    if chosen_native is not None:
+        return _features(arrays, input_ids, *chosen_native, p)
+    keys[~candidates] = 2.0
     chosen = np.argpartition(keys, width - 1, axis=1)[:, :width] if width < length else np.argsort(keys, axis=1)
     chosen_keys = np.take_along_axis(keys, chosen, axis=1)
     order = np.argsort(chosen_keys, axis=1)
@@ -82,11 +89,28 @@ def mask_batch(
     positions = np.where(used, positions, 0)
     rows = np.arange(n)[:, None]
     original = np.where(used, input_ids[rows, positions], 0)
-    coin = rng.random((n, width))
-    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
     replacement = _replacement_tokens(original, coin, random_ids, params.mask_id)
     input_ids[rows, positions] = np.where(used, replacement, input_ids[rows, positions])
     return _features(arrays, input_ids, positions, original, used, p)
+
+
+def _mask_rows_native(input_ids, candidates, keys, k, coin, random_ids, params) -> Optional[tuple]:
+    """The choice and replacements of :func:`mask_batch` for its draws by ``_wire.mask_rows``
+    (``input_ids`` changed in place): ``(positions, original, used)``, ``max_predictions_per_seq``
+    wide. None without the accelerator, for arrays it does not take, or when a row's k-th key ties
+    with the next (numpy's choice among equal keys is its own): ``input_ids`` is then unchanged."""
+    native = wire()
+    if native is None or input_ids.dtype != np.int32 or not input_ids.flags.c_contiguous or candidates.dtype != np.bool_:
+        return None
+    n, length = input_ids.shape
+    p, width = params.max_predictions_per_seq, coin.shape[1]
+    positions, original = np.empty((n, p), np.int32), np.empty((n, p), np.int32)
+    used = np.empty((n, p), np.bool_)
+    if not native.mask_rows(n, length, width, p, params.mask_id, input_ids, np.ascontiguousarray(candidates),
+                            keys, k.astype(np.int64), coin, random_ids.astype(np.int64, copy=False), positions, original,
+                            used):
+        return None
+    return positions, original, used
 
 
 def _features(arrays, input_ids, positions, original, used, p) -> Dict[str, np.ndarray]:
@@ -98,9 +122,9 @@ def _features(arrays, input_ids, positions, original, used, p) -> Dict[str, np.n
         used = np.concatenate([used, pad.astype(bool)], axis=1)
     features = {name: value for name, value in arrays.items() if name not in _MASKING_INPUTS}
     features.update(
-        input_ids=input_ids.astype(np.int32),
-        masked_lm_positions=positions.astype(np.int32),
-        masked_lm_ids=original.astype(np.int32),
+        input_ids=input_ids.astype(np.int32, copy=False),  # fresh arrays of this module: no copy needed
+        masked_lm_positions=positions.astype(np.int32, copy=False),
+        masked_lm_ids=original.astype(np.int32, copy=False),
         masked_lm_weights=used.astype(np.float32),
     )
     return features

@@ -32,6 +32,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 
 import numpy as np
 
+from .format.native import wire
 from .instances import INSTANCE_BATCH_ROWS, shard_of_rows
 
 # Real tokens packed together at most (a worker's packing memory: 4-byte ids, 1-byte segments).
@@ -285,6 +286,9 @@ def assemble_rows(instances: Mapping[str, np.ndarray], packs: Sequence[Sequence[
     and NSP slots) are one contiguous run that a boolean mask of the row's filled prefix places."""
     members = np.fromiter((i for pack in packs for i in pack), np.int64)
     depths = np.fromiter((len(pack) for pack in packs), np.int64, len(packs))
+    native = _assemble_native(instances, members, depths, params)
+    if native is not None:
+        return native
     ordered = select_instances(instances, members)
     L, B, K = params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack
     rows = len(depths)
@@ -322,6 +326,39 @@ def assemble_rows(instances: Mapping[str, np.ndarray], packs: Sequence[Sequence[
 # --------------------------------------------------------------------------------------------
 # A unit's passes
 # --------------------------------------------------------------------------------------------
+
+
+def _assemble_native(instances: Mapping[str, np.ndarray], members: np.ndarray, depths: np.ndarray,
+                     params: PackingParams) -> Optional[Dict[str, np.ndarray]]:
+    """:func:`assemble_rows` by ``_wire.pack_rows`` (row by row, no gathered copy of the
+    instances); None without the accelerator, or when it declines: the numpy path then runs."""
+    native = wire()
+    ids = instances["ids"]
+    if native is None or ids.dtype not in (np.uint16, np.int32):
+        return None
+    L, B, K = params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack
+    rows = len(depths)
+    lengths, npred = instances["length"].astype(np.int64), instances["npred"].astype(np.int64)
+    out = {name: np.zeros((rows, L), np.int32) for name in ("input_ids", "input_mask", "positions")}
+    out["segment_ids"] = np.zeros((rows, L), np.int32) if params.paired else None
+    out["masked_lm_positions"] = np.zeros((rows, B), np.int32)
+    out["masked_lm_ids"] = np.zeros((rows, B), np.int32)
+    out["masked_lm_weights"] = np.zeros((rows, B), np.float32)
+    for name, dtype in (("next_sentence_positions", np.int32), ("next_sentence_labels", np.int32),
+                        ("next_sentence_weights", np.float32)):
+        out[name] = np.zeros((rows, K), dtype) if params.paired else None
+    paired = params.paired
+    done = native.pack_rows(
+        L, B, K, np.ascontiguousarray(ids), np.ascontiguousarray(instances["segments"], np.int8) if paired else None,
+        np.cumsum(lengths) - lengths, lengths, npred, np.cumsum(npred) - npred,
+        np.ascontiguousarray(instances["mlm_pos"], np.int32), np.ascontiguousarray(instances["mlm_ids"], np.int32),
+        np.ascontiguousarray(instances["labels"], np.int32) if paired else None, members, depths,
+        *(out[name] for name in ("input_ids", "input_mask", "positions", "segment_ids", "masked_lm_positions",
+                                 "masked_lm_ids", "masked_lm_weights", "next_sentence_positions",
+                                 "next_sentence_labels", "next_sentence_weights")))
+    if not done:
+        return None
+    return {name: value for name, value in out.items() if value is not None}
 
 
 def select_instances(instances: Mapping[str, np.ndarray], indices: np.ndarray) -> Dict[str, np.ndarray]:

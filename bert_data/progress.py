@@ -270,6 +270,15 @@ def _next_steps(manifest: Any) -> str:
     if manifest.get("record_schema") == "unmasked_tokens":
         return (f"next: train with the Model Zoo's BertMlmOnlyTfRecordsDynamicMaskProcessor (data_dir: {directory}); "
                 f"these token-string records are not read by inspect_tfrecords or bert_data's reader")
+    output_format = manifest.get("output_format", "tfrecord")
+    if output_format == "hdf5":  # NVIDIA's MLPerf packed samples: NVIDIA's own trainer reads them
+        return (f"next: check with {check}; train with NVIDIA's MLPerf BERT run_pretraining.py (--input_dir {directory} "
+                f"--packed_samples; it reads the files whose names contain 'part_': --name part_) (docs/packing.md)")
+    if output_format != "tfrecord":  # Parquet / MDS: their own readers (docs/recipes.md, "Train in PyTorch")
+        reader = {"parquet": f"datasets.load_dataset('parquet', data_files='{_join(directory, '*.parquet')}')",
+                  "mds": f"streaming.StreamingDataset(local='{directory}')"}.get(output_format, output_format)
+        return (f"next: check with {check}; train with `{reader}` and "
+                f"`collate_fn=bert_data.reader.collate.PretrainingCollator()` (docs/recipes.md)")
     if str(manifest.get("record_schema", "")).endswith("_packed"):
         k = manifest.get("max_sequences_per_pack", 3)
         train = (f"bert_data.pretraining_dataset('{directory}', ...) with bert_data.reader.packed_attention_mask, or "

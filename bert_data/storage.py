@@ -229,6 +229,19 @@ def exists(path: str) -> bool:
     return _beam_or_error(path).exists(path)
 
 
+def isdir(path: str) -> bool:
+    """Whether ``path`` is a directory (a URL: what its fsspec file system says, e.g. a prefix with
+    objects under it; False for schemes only Apache Beam serves, which has no directories)."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    found = _fsspec(path)
+    if found is not None:
+        fs, inner = found
+        return bool(fs.isdir(inner))
+    _beam_or_error(path)
+    return False
+
+
 def listing(pattern: str) -> List[str]:
     """Files matching a glob pattern (for URLs: what the file system's glob finds, as URLs)."""
     if not is_remote(pattern):

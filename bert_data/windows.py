@@ -33,6 +33,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from .format.native import wire
 from .instances import InstanceParams, InstancePass, PassRandomness, shard_of_rows
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
@@ -127,9 +128,14 @@ def assemble_windows(
     separator_id: Optional[int],
 ) -> Dict[str, np.ndarray]:
     """``[CLS] window [SEP]`` + padding for every window, as (n, L) arrays, plus the masking
-    inputs ``candidates`` (window tokens other than the separator) and ``real_length``."""
+    inputs ``candidates`` (window tokens other than the separator) and ``real_length``. One C
+    loop per row with the accelerator (:func:`_assemble_native`), else the numpy below: the same
+    arrays."""
     n = len(starts)
     length = params.max_seq_length
+    arrays = _assemble_native(tokens, starts, lengths, params, separator_id)
+    if arrays is not None:
+        return arrays
     j = np.arange(length, dtype=np.int64)[None, :]
     lo = starts.astype(np.int64)[:, None]
     span = lengths.astype(np.int64)[:, None]
@@ -149,6 +155,27 @@ def assemble_windows(
         "candidates": candidates,
         "real_length": real_length[:, 0],
     }
+
+
+def _assemble_native(
+    tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, params: InstanceParams, separator_id: Optional[int]
+) -> Optional[Dict[str, np.ndarray]]:
+    """:func:`assemble_windows` by ``_wire.assemble_windows``; None without the accelerator, for
+    tokens that are not int32, or for windows it refuses (numpy then says what is wrong)."""
+    native = wire()
+    if native is None or tokens.dtype != np.int32 or params.max_seq_length < 2:
+        return None
+    n, length = len(starts), params.max_seq_length
+    input_ids, input_mask = np.empty((n, length), np.int32), np.empty((n, length), np.int32)
+    candidates, real_length = np.empty((n, length), np.bool_), np.empty(n, np.int64)
+    if not native.assemble_windows(
+        n, length, np.ascontiguousarray(tokens), np.ascontiguousarray(starts, dtype=np.int64),
+        np.ascontiguousarray(lengths, dtype=np.int64),
+        params.cls_id, params.sep_id, separator_id if separator_id is not None else 0, separator_id is not None,
+        input_ids, input_mask, candidates, real_length,
+    ):
+        return None
+    return {"input_ids": input_ids, "input_mask": input_mask, "candidates": candidates, "real_length": real_length}
 
 
 @dataclass(frozen=True)

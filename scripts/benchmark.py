@@ -282,8 +282,8 @@ def child_main(spec_json: str) -> int:
     output_bytes = sum(
         os.path.getsize(os.path.join(config.output_dir, name))
         for name in os.listdir(config.output_dir)
-        if name.endswith(".tfrecords")
-    )
+        if name != "data_params.json" and os.path.isfile(os.path.join(config.output_dir, name))
+    )  # the shards of any --output_format (and MDS's index.json)
     out = {
         "wall_s": wall,
         "cpu_s": cpu_run,
@@ -419,6 +419,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--num_output_files", type=int, default=10)
     parser.add_argument("--compression", choices=("none", "gzip"), default="none")
     parser.add_argument("--packing", action="store_true", help="--packing (docs/packing.md)")
+    parser.add_argument("--output_format", default="tfrecord", help="--output_format (tfrecord, parquet, mds, hdf5)")
     parser.add_argument("--max_sequences_per_pack", type=int, default=None, help="with --packing")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts, one result each")
@@ -474,6 +475,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 }
                 if args.group_bytes:
                     spec["group_bytes"] = _size(args.group_bytes)
+                if args.output_format != "tfrecord":
+                    spec["output_format"] = args.output_format
                 if args.packing:
                     spec["packing"] = True
                     if args.max_sequences_per_pack:

@@ -309,8 +309,12 @@ def test_config_is_frozen_and_json_able():
         config.max_seq_length = 3  # type: ignore[misc]
     data = config.to_json()
     assert data["metadata_files"] == ["meta.txt"]
-    # negative_pool is derived by the plan; the packing settings are recorded only with --packing
-    assert set(data) == {f for f in Config.__dataclass_fields__} - {"negative_pool"} - PACKING_SETTINGS
+    # negative_pool is derived by the plan; the packing settings are recorded only with --packing,
+    # output_format only when it is not tfrecord, from_tokens only when given
+    assert set(data) == ({f for f in Config.__dataclass_fields__} - {"negative_pool", "output_format", "from_tokens"}
+                         - PACKING_SETTINGS)
+    assert Config(output_format="parquet").to_json()["output_format"] == "parquet"
+    assert Config(from_tokens="tokens/").to_json()["from_tokens"] == "tokens/"
 
 
 MLM = {"mlm_only": True}
@@ -443,7 +447,8 @@ def test_printed_config_reads_back_as_the_same_config(tmp_path, separator):
     assert text.startswith("# create_tfrecords effective settings: defaults < --config p.yaml < flags\n")
     data = yaml.safe_load(text)
     assert "split_role" not in data and set(data) == (
-        set(Config.__dataclass_fields__) - {"split_role", "negative_pool"} - PACKING_SETTINGS)  # (only with --packing)
+        set(Config.__dataclass_fields__) - {"split_role", "negative_pool", "output_format", "from_tokens"}
+        - PACKING_SETTINGS)  # (only with --packing; output_format only when not tfrecord; from_tokens only when given)
     preset = tmp_path / "printed.yaml"
     preset.write_text(text, encoding="utf-8")
     assert build_config({}, config_file=str(preset)) == config

@@ -34,7 +34,7 @@ def test_help_lists_every_command_on_one_line(capsys):
     for name, (_, tool, _) in COMMANDS.items():
         mine = [line for line in lines if line.startswith(f"  {name} ")]
         assert len(mine) == 1 and tool in mine[0]
-    assert set(COMMANDS) == {"create", "google", "inspect", "split", "vocab"}
+    assert set(COMMANDS) == {"create", "google", "inspect", "split", "vocab", "tokenize"}
     assert run(capsys, "-h")[1] == out
 
 
@@ -46,7 +46,7 @@ def test_no_command_is_a_usage_error(capsys):
 @pytest.mark.parametrize(
     "typed, suggestion",
     [("inspekt", "did you mean 'inspect'?"), ("splitt", "did you mean 'split'?"), ("build_vocabs", "did you mean 'vocab'?"),
-     ("frobnicate", "commands: create, google, inspect, split, vocab")],
+     ("frobnicate", "commands: create, google, inspect, split, vocab, tokenize")],
 )
 def test_unknown_command_is_one_line(capsys, typed, suggestion):
     code, out, err = run(capsys, typed, "--stats")

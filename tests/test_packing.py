@@ -184,6 +184,60 @@ def test_a_units_passes_are_packed_in_bounded_buffers_and_batches(monkeypatch):
         assert all(np.array_equal(a[0][k], b[0][k]) for a, b in zip(batches, again) for k in a[0])
 
 
+def _native_or_skip():
+    from bert_data.format import native
+
+    if native.wire() is None:
+        if os.environ.get("CI"):
+            pytest.fail("the C accelerator bert_data.format._wire is not built (CI builds it: pip install -e .)")
+        pytest.skip("the C accelerator is not built")
+    return native
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans(), st.integers(1, 5), st.booleans())
+def test_the_accelerators_rows_are_the_numpy_rows(seed, paired, depth, wide_ids):
+    native = _native_or_skip()
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 90))
+    buffer = InstanceBuffer(paired)
+    buffer.add(_random_instances(rng, n, paired), 0, n)
+    instances = buffer.take()
+    if wide_ids:  # a vocabulary over 65,536 ids: the buffer keeps 4-byte ids
+        instances["ids"] = instances["ids"].astype(np.int32) + 70000
+    params = PackingParams(SEQ, PRED, depth, paired)
+    packs = best_fill(instances["length"], instances["npred"], SEQ, params.prediction_budget, depth)
+    packs = [packs[p] for p in rng.permutation(len(packs)).tolist()]
+    compiled = assemble_rows(instances, packs, params)
+    saved, native._wire = native._wire, None
+    try:
+        reference = assemble_rows(instances, packs, params)
+    finally:
+        native._wire = saved
+    assert sorted(compiled) == sorted(reference)
+    for name in reference:
+        assert compiled[name].dtype == reference[name].dtype and np.array_equal(compiled[name], reference[name]), name
+
+
+def test_the_accelerator_declines_rows_that_do_not_fit():
+    import bert_data.packing as packing
+
+    _native_or_skip()
+    instances = _random_instances(np.random.default_rng(2), 6, True)
+    buffer = InstanceBuffer(True)
+    buffer.add(instances, 0, 6)
+    compact = buffer.take()
+    params = PackingParams(SEQ, PRED, 2, True)
+    members, fits = np.arange(6, dtype=np.int64), np.ones(6, np.int64)
+    assert packing._assemble_native(compact, members, fits, params) is not None
+    for members, depths in ((members, np.array([3, 3])),  # deeper than K
+                            (np.array([0, 9], np.int64), np.array([1, 1])),  # no such instance
+                            (members, np.ones(5, np.int64))):  # an instance in no row
+        assert packing._assemble_native(compact, members, depths, params) is None
+    long_ones = {**compact, "length": compact["length"] * 0 + SEQ}  # two full rows cannot share one
+    assert packing._assemble_native(long_ones, np.arange(2, dtype=np.int64), np.array([2]), params) is None
+
+
 def test_row_checks_catch_broken_rows():
     rng = np.random.default_rng(1)
     instances = _random_instances(rng, 60, True)

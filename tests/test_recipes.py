@@ -63,7 +63,7 @@ def test_recipes_have_blocks_of_every_kind() -> None:
 
 def needs_torch(code: str) -> bool:
     """A block of the "Train in PyTorch" recipe: it needs the ``torch`` extra (torch, transformers)."""
-    return "bert_data.torch" in code
+    return "bert_data.torch" in code or "--output_format" in code or "PretrainingCollator" in code
 
 
 def torch_installed() -> bool:
@@ -129,3 +129,5 @@ def _check_pytorch_outputs(text: str) -> None:
     ranks = re.findall(r"rank (\d) of 2: (\d+) records, (\d+) batches an epoch", text)
     assert sorted(rank for rank, _, _ in ranks) == ["0", "1"]
     assert len({(records, batches) for _, records, batches in ranks}) == 1  # drop_last: the same on every rank
+    for fmt in ("parquet", "mds"):  # the Parquet and MosaicML recipes: rows read, three steps trained
+        assert re.search(fmt + r": [1-9]\d* rows, batch \(16, \d+\), loss \d", text), text

@@ -37,6 +37,7 @@ from torch_records import (  # noqa: E402
 from bert_data.errors import ConfigError, RecordFormatError  # noqa: E402
 from bert_data.format.example_wire import parse_example  # noqa: E402
 from bert_data.format.tfrecord import iter_records  # noqa: E402
+from bert_data.storage import StorageError  # noqa: E402
 from bert_data.tools.create import main as create_tfrecords  # noqa: E402
 from bert_data.torch import IGNORE_INDEX, PretrainingDataset, collate  # noqa: E402
 from bert_data.torch.shuffle import ShuffleBuffer  # noqa: E402
@@ -333,8 +334,8 @@ def test_bad_arguments_are_config_errors(tmp_path: Path, monkeypatch) -> None:
                             ({"shuffle_buffer": 0}, "shuffle_buffer")):
         with pytest.raises(ConfigError, match=message):
             PretrainingDataset(root, **kwargs)
-    with pytest.raises(ConfigError, match="local files"):
-        PretrainingDataset("gs://bucket/out")
+    with pytest.raises(StorageError, match="nosuchfs"):  # URLs are read through bert_data.storage
+        PretrainingDataset("nosuchfs://bucket/out")
     with pytest.raises(RecordFormatError, match="no TFRecord files match"):
         PretrainingDataset(str(tmp_path / "nothing-*.tfrecords"))
     with pytest.raises(ConfigError, match="masked when written"):
@@ -403,10 +404,13 @@ def test_collate_of_records_from_several_chunks_in_any_order(tmp_path: Path) -> 
     assert numbers_of(default) == [0, 1, 2, 3] and default["input_ids"].shape == (4, SEQ)
 
 
-def test_layouts_it_does_not_read_are_an_error(tmp_path: Path) -> None:
-    """Packed rows (``--packing``: several instances a row) are refused, never read as one instance."""
+def test_records_that_are_not_the_manifests_layout_are_an_error(tmp_path: Path) -> None:
+    """Unpacked records under a manifest that says packed rows (and back) are an error naming the
+    record and the layout, never read as something else."""
     root = write_tagged_dir(tmp_path / "out", [4])
     manifest = json.loads((root / "data_params.json").read_text())
     (root / "data_params.json").write_text(json.dumps(dict(manifest, record_schema="nsp_packed")))
-    with pytest.raises(RecordFormatError, match="nsp_packed"):
-        PretrainingDataset(root)
+    with pytest.raises(RecordFormatError, match=r"record 0 is not a nsp_packed record .*max_sequences_per_pack 3"):
+        list(PretrainingDataset(root))
+    with pytest.raises(ConfigError, match="layout must be one of"):
+        PretrainingDataset(root, layout="nsp_packd")

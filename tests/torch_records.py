@@ -12,9 +12,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bert_data.format.example_wire import serialize_examples
+from bert_data.format.example_wire import parse_example, serialize_examples
 from bert_data.format.schema import SCHEMAS, feature_order
-from bert_data.format.tfrecord import frame_records
+from bert_data.format.tfrecord import frame_records, iter_records
 
 SEQ, PRED = 8, 2
 TAG = 1000  # input_ids[1] of record number i is TAG + i
@@ -87,3 +87,9 @@ def read_as(dataset, monkeypatch, worker: int, workers: int) -> List[dict]:
         return list(dataset)
     finally:
         monkeypatch.undo()
+
+
+def read_rows(directory: Path, pattern: str = "*.tfrecords") -> Dict[str, np.ndarray]:
+    """Every record of the files of ``directory`` matching ``pattern``, in file order, as stacked arrays."""
+    records = [parse_example(raw) for path in sorted(directory.glob(pattern)) for raw in iter_records(str(path))]
+    return {name: np.stack([r[name] for r in records]) for name in records[0]}

@@ -1,9 +1,12 @@
-/* bert_data.format._wire: the hot loops of reading TFRecords of one known layout, in C.
+/* bert_data.format._wire: the hot loops of reading TFRecords of one known layout, and of writing
+ * them, in C.
  *
- * Optional accelerator of bert_data/format/batch_decode.py and checks.py (built when a C compiler is
- * present, skipped otherwise): those modules keep the numpy implementations of every function,
- * use them when this module is missing (batch_decode._wire is None), and the tests check that both
- * give the same answers on random and damaged input. No numpy headers: arrays come and go
+ * Optional accelerator of bert_data/format/batch_decode.py and checks.py (reading),
+ * example_wire.py, tfrecord.py, bert_data/instances.py, windows.py and masking.py (writing), bound
+ * once by native.py (built when a C compiler is present, skipped otherwise): those modules keep the
+ * numpy implementations of every function, use them when this module is missing
+ * (batch_decode._wire, native._wire is None), and the tests check that both give the same answers
+ * (the writers: the same bytes) on random and damaged input. No numpy headers: arrays come and go
  * through the buffer protocol, so building needs nothing but Python's own headers. Little-endian
  * machines only (the import fails elsewhere, and numpy is used).
  *
@@ -35,10 +38,28 @@
  *     says which records fail and why). The arguments are documented at the function.
  *
  * All three release the GIL while they work.
+ *
+ * serialize_examples(arrays, prefixes, kinds) -> list of bytes
+ *     The tf.train.Example of each row of a batch (bert_data.format.example_wire.serialize_examples'
+ *     bytes): per record, the lengths are planned, then one bytes object is written. Documented at
+ *     the function.
+ *
+ * frame_records(payloads) -> bytes
+ *     TFRecord frames of a sequence of payloads (bert_data.format.tfrecord.frame_records' bytes).
+ *
+ * assemble_pairs(...) -> ok, assemble_windows(...) -> ok, mask_rows(...) -> ok
+ *     bert_data.instances.assemble's and bert_data.windows.assemble_windows' rows, and
+ *     bert_data.masking.mask_batch's choice and replacements on the caller's draws (documented at
+ *     the functions); False sends the caller to its numpy path (a plan that does not fit; a tie
+ *     between keys).
+ *
+ * The writers hold the GIL (they are called from one thread, and the first two make Python
+ * objects as they go).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- CRC32C (Castagnoli) */
@@ -524,6 +545,643 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------- the write path */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CLZ64(x) __builtin_clzll(x)
+#else
+static int CLZ64(uint64_t x) { int n = 0; while (!(x & 0x8000000000000000ULL)) { x <<= 1; n++; } return n; }
+#endif
+
+/* Bytes of the protobuf varint of v (1 to 10), without a branch. */
+static inline uint64_t varint_len(uint64_t v) { return (uint64_t)(70 - CLZ64(v | 1)) / 7; }
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* One feature of serialize_examples: its row-major values and the constant bytes of its map entry. */
+typedef struct {
+    const char *values; /* row r starts at values + r * count * item */
+    Py_ssize_t count, item;
+    int is_float;
+    const uint8_t *prefix; /* 0a <key length> <key> 12: the entry up to its Feature's length */
+    Py_ssize_t prefix_len;
+    /* the current record's lengths: packed values, the list, the Feature, the map entry */
+    uint64_t payload, list, feature, entry;
+} WFeature;
+
+/* An int64 value as protobuf writes it: negative values as their 64-bit two's complement. */
+static inline uint64_t int_value(const char *row, Py_ssize_t i, Py_ssize_t item) {
+    return item == 4 ? (uint64_t)(int64_t)((const int32_t *)row)[i] : (uint64_t)((const int64_t *)row)[i];
+}
+
+/* The packed varints' bytes of int32 values: 10 for a negative value (its 64-bit two's
+ * complement), else 1 to 5. Comparisons only, so that the compiler vectorises the loop. */
+static uint64_t int32_payload(const int32_t *x, Py_ssize_t count) {
+    uint64_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int32_t v = x[i];
+        total += 1u + (uint32_t)(v > 0x7F) + (uint32_t)(v > 0x3FFF) + (uint32_t)(v > 0x1FFFFF) +
+                 (uint32_t)(v > 0xFFFFFFF) + 9u * (uint32_t)(v < 0);
+    }
+    return total;
+}
+
+/* Values [0, count) of an int64 feature's row as packed varints at p; returns the end. The values
+ * below 2**21 (token ids) are written without a branch, 3 bytes always and p moved by their
+ * length: the bytes past it are written over by what follows, and the last value of the row,
+ * which may end the record, goes through put_varint. */
+static uint8_t *put_values(uint8_t *p, const char *row, Py_ssize_t count, Py_ssize_t item) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (item == 4 && count - i > 8) { /* eight 1-byte values (masks, segments, padding) at once */
+            const int32_t *x = (const int32_t *)row + i;
+            uint32_t any = 0;
+            for (int j = 0; j < 8; j++) any |= (uint32_t)x[j];
+            if (any < 0x80) {
+                for (int j = 0; j < 8; j++) p[j] = (uint8_t)x[j];
+                p += 8;
+                i += 7;
+                continue;
+            }
+        }
+        const uint64_t v = int_value(row, i, item);
+        if (v >= 0x200000 || i == count - 1) {
+            p = put_varint(p, v);
+            continue;
+        }
+        const uint32_t x = (uint32_t)v, two = x >= 0x80, three = x >= 0x4000;
+        p[0] = (uint8_t)((x & 0x7F) | (two << 7));
+        p[1] = (uint8_t)(((x >> 7) & 0x7F) | (three << 7));
+        p[2] = (uint8_t)(x >> 14);
+        p += 1 + two + three;
+    }
+    return p;
+}
+
+/* The lengths of record r's map entries (into each WFeature); returns the Features message's length. */
+static uint64_t plan_record(WFeature *features, int n_features, Py_ssize_t r) {
+    uint64_t total = 0;
+    for (int f = 0; f < n_features; f++) {
+        WFeature *w = &features[f];
+        const char *row = w->values + r * w->count * w->item;
+        uint64_t payload = 0;
+        if (w->is_float) payload = 4 * (uint64_t)w->count;
+        else if (w->item == 4)
+            payload = int32_payload((const int32_t *)row, w->count);
+        else
+            for (Py_ssize_t i = 0; i < w->count; i++) payload += varint_len((uint64_t)((const int64_t *)row)[i]);
+        w->payload = payload;
+        w->list = w->count ? 1 + varint_len(payload) + payload : 0; /* an empty list is left out */
+        w->feature = 1 + varint_len(w->list) + w->list;
+        w->entry = (uint64_t)w->prefix_len + varint_len(w->feature) + w->feature;
+        total += 1 + varint_len(w->entry) + w->entry;
+    }
+    return total;
+}
+
+/* Record r at p (its length planned by plan_record); returns the end. */
+static uint8_t *write_record(uint8_t *p, const WFeature *features, int n_features, Py_ssize_t r, uint64_t size) {
+    *p++ = 0x0a;
+    p = put_varint(p, size);
+    for (int f = 0; f < n_features; f++) {
+        const WFeature *w = &features[f];
+        const char *row = w->values + r * w->count * w->item;
+        *p++ = 0x0a;
+        p = put_varint(p, w->entry);
+        memcpy(p, w->prefix, (size_t)w->prefix_len);
+        p += w->prefix_len;
+        p = put_varint(p, w->feature);
+        *p++ = w->is_float ? 0x12 : 0x1a;
+        p = put_varint(p, w->list);
+        if (!w->count) continue;
+        *p++ = 0x0a;
+        p = put_varint(p, w->payload);
+        if (w->is_float) {
+            memcpy(p, row, (size_t)(4 * w->count)); /* little-endian float32: see module init */
+            p += 4 * w->count;
+            continue;
+        }
+        p = w->item == 4 ? put_values(p, row, w->count, 4) : put_values(p, row, w->count, 8);
+    }
+    return p;
+}
+
+/* The item size a buffer's struct format allows for a feature: 4 or 8 for a signed integer
+ * (int32, int64), 4 for float32; 0 when it is anything else. */
+static Py_ssize_t format_item(const Py_buffer *view, int is_float) {
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    if (fmt[0] == 0 || fmt[1] != 0) return 0;
+    if (is_float) return fmt[0] == 'f' && view->itemsize == 4 ? 4 : 0;
+    if ((fmt[0] == 'i' || fmt[0] == 'l' || fmt[0] == 'q') && (view->itemsize == 4 || view->itemsize == 8)) return view->itemsize;
+    return 0;
+}
+
+/* Parses serialize_examples' arguments into `features` (views released by the caller); the row count into *n. */
+static int write_args(PyObject *arrays, PyObject *prefixes, PyObject *kinds, WFeature *features, Py_buffer *views,
+                      int *n_views, Py_ssize_t *n) {
+    if (!PyTuple_Check(arrays) || !PyTuple_Check(prefixes) || !PyBytes_Check(kinds)) {
+        PyErr_SetString(PyExc_TypeError, "serialize_examples: arrays and prefixes are tuples, kinds is bytes");
+        return 0;
+    }
+    Py_ssize_t nf = PyTuple_GET_SIZE(arrays);
+    if (nf < 1 || nf > MAX_FEATURES || PyTuple_GET_SIZE(prefixes) != nf || PyBytes_GET_SIZE(kinds) != nf) {
+        PyErr_SetString(PyExc_ValueError, "serialize_examples: 1 to 64 features, as many prefixes and kinds as arrays");
+        return 0;
+    }
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        WFeature *w = &features[f];
+        PyObject *prefix = PyTuple_GET_ITEM(prefixes, f);
+        char kind = PyBytes_AS_STRING(kinds)[f];
+        if (!PyBytes_Check(prefix) || (kind != 'i' && kind != 'f')) {
+            PyErr_SetString(PyExc_TypeError, "serialize_examples: prefixes are bytes, kinds 'i' or 'f'");
+            return 0;
+        }
+        w->prefix = (const uint8_t *)PyBytes_AS_STRING(prefix);
+        w->prefix_len = PyBytes_GET_SIZE(prefix);
+        w->is_float = kind == 'f';
+        Py_buffer *view = &views[*n_views];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, f), view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+        (*n_views)++;
+        w->item = format_item(view, w->is_float);
+        if (!w->item || view->ndim != 2) {
+            PyErr_Format(PyExc_TypeError, "serialize_examples: feature %zd needs a 2-D C-contiguous %s array", f,
+                         w->is_float ? "float32" : "int32 or int64");
+            return 0;
+        }
+        if (f == 0) *n = view->shape[0];
+        if (view->shape[0] != *n) {
+            PyErr_Format(PyExc_ValueError, "serialize_examples: feature %zd has %zd rows, not %zd", f, view->shape[0], *n);
+            return 0;
+        }
+        w->count = view->shape[1];
+        w->values = (const char *)view->buf;
+    }
+    return 1;
+}
+
+/* serialize_examples(arrays, prefixes, kinds) -> list of bytes: the tf.train.Example of each row,
+ * byte for byte bert_data.format.example_wire's numpy encoder. `arrays`: per feature, a 2-D
+ * C-contiguous array of n rows (int32 or int64 for kind 'i', float32 for 'f'); `prefixes`: per
+ * feature, its map entry's constant bytes (0a, the key's length, the key, 12); `kinds`: bytes,
+ * 'i' (Int64List) or 'f' (FloatList) per feature. */
+static PyObject *serialize_examples(PyObject *self, PyObject *args) {
+    PyObject *arrays, *prefixes, *kinds;
+    if (!PyArg_ParseTuple(args, "OOO", &arrays, &prefixes, &kinds)) return NULL;
+    WFeature features[MAX_FEATURES];
+    Py_buffer views[MAX_FEATURES];
+    int n_views = 0;
+    Py_ssize_t n = 0;
+    PyObject *out = NULL;
+    if (!write_args(arrays, prefixes, kinds, features, views, &n_views, &n)) goto done;
+    out = PyList_New(n);
+    if (!out) goto done;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        uint64_t size = plan_record(features, n_views, r);
+        uint64_t length = 1 + varint_len(size) + size;
+        if (length > (uint64_t)PY_SSIZE_T_MAX) { PyErr_NoMemory(); Py_CLEAR(out); goto done; }
+        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+        if (!record) { Py_CLEAR(out); goto done; }
+        uint8_t *start = (uint8_t *)PyBytes_AS_STRING(record);
+        if (write_record(start, features, n_views, r, size) != start + length) { /* cannot happen: planned above */
+            Py_DECREF(record);
+            Py_CLEAR(out);
+            PyErr_SetString(PyExc_SystemError, "serialize_examples: a record's length differs from its plan");
+            goto done;
+        }
+        PyList_SET_ITEM(out, r, record);
+    }
+done:
+    release_all(views, n_views);
+    return out;
+}
+
+/* frame_records(payloads) -> bytes: TFRecord frames of a sequence of bytes-like payloads (uint64 LE
+ * length, masked CRC32C of those 8 bytes, the payload, masked CRC32C of the payload), as
+ * bert_data.format.tfrecord.frame_records writes them. */
+static PyObject *frame_records(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "frame_records: payloads must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { /* the size: bytes directly, anything else through its buffer */
+        Py_ssize_t len;
+        if (PyBytes_Check(items[i])) len = PyBytes_GET_SIZE(items[i]);
+        else {
+            Py_buffer view;
+            if (!get_buffer(items[i], &view, 0, 0, "payload")) goto done;
+            len = view.len;
+            PyBuffer_Release(&view);
+        }
+        if (len > PY_SSIZE_T_MAX - 16 - total) { PyErr_NoMemory(); goto done; }
+        total += 16 + len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out), *end = p + total;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (!get_buffer(items[i], &view, 0, 0, "payload")) { Py_CLEAR(out); goto done; }
+        const uint64_t len = (uint64_t)view.len;
+        if ((uint64_t)(end - p) < 16 || len > (uint64_t)(end - p) - 16) { /* a payload that grew since it was measured */
+            PyBuffer_Release(&view);
+            Py_CLEAR(out);
+            PyErr_SetString(PyExc_RuntimeError, "frame_records: a payload changed size while being framed");
+            goto done;
+        }
+        uint32_t crc;
+        memcpy(p, &len, 8); /* little-endian: see module init */
+        crc = masked(crc32c(p, 8));
+        memcpy(p + 8, &crc, 4);
+        memcpy(p + 12, view.buf, (size_t)len);
+        crc = masked(crc32c(p + 12, (size_t)len));
+        memcpy(p + 12 + len, &crc, 4);
+        p += 16 + len;
+        PyBuffer_Release(&view);
+    }
+    if (p != end) { /* a payload that shrank */
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_RuntimeError, "frame_records: a payload changed size while being framed");
+    }
+done:
+    Py_DECREF(seq);
+    return out;
+}
+
+/* ---------------------------------------------------------------- a pass's rows: assembly and masking */
+
+/* A buffer that holds exactly `count` items of `item` bytes of struct format `code` ('i' int32,
+ * 'q' int64, 'd' float64, '?' bool), C-contiguous (writable when asked); 0 and an error if not. */
+static int typed_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t count, Py_ssize_t item, char code,
+                        const char *what) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0];
+    if (got != code || fmt[1] != 0 || view->itemsize != item || view->len != count * item) {
+        PyErr_Format(PyExc_TypeError, "%s: needs %zd C-contiguous items of format '%c'", what, count, code);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* The buffers of an assembling function's arrays into v (released by the caller, *nv of them):
+ * objs[0] a flat int32 token array of any length (its size into *size), then objs[1..count) of
+ * the given counts, item sizes and formats, writable from `first_out` on. 0 and an error if not. */
+static int row_buffers(PyObject **objs, Py_buffer *v, int *nv, int count, Py_ssize_t *counts, const Py_ssize_t *items,
+                       const char *codes, int first_out, Py_ssize_t *size, const char *what) {
+    if (PyObject_GetBuffer(objs[0], &v[0], PyBUF_C_CONTIGUOUS) < 0) return 0;
+    *size = counts[0] = v[0].len / 4; /* its format is checked below */
+    PyBuffer_Release(&v[0]);
+    for (int a = 0; a < count; a++) {
+        if (!typed_buffer(objs[a], &v[a], a >= first_out, counts[a], items[a], codes[a], what)) return 0;
+        (*nv)++;
+    }
+    return 1;
+}
+
+/* assemble_pairs(ids, a_lo, a_hi, b_lo, b_hi, cls, sep, input_ids, input_mask, segment_ids,
+ * candidates, real_length) -> bool: bert_data.instances.assemble's arrays, row by row:
+ * [CLS] A [SEP] B [SEP] and 0-padding from the pass's token space `ids` (int32) and the plan's
+ * token ranges (int64, n each), into int32 (n, L) input_ids, input_mask, segment_ids, bool
+ * (n, L) candidates and int64 (n) real_length. False (the outputs unspecified) when a row is not
+ * a valid plan (a range outside `ids` or reversed, or longer than L - 3 together): the caller
+ * runs numpy, which says what is wrong. */
+static PyObject *assemble_pairs(PyObject *self, PyObject *args) {
+    PyObject *objs[12];
+    long long cls, sep;
+    Py_ssize_t n, L;
+    if (!PyArg_ParseTuple(args, "nnOOOOOLLOOOOO", &n, &L, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &cls, &sep,
+                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9]))
+        return NULL;
+    if (n < 0 || L < 3) { PyErr_SetString(PyExc_ValueError, "assemble_pairs: n >= 0 rows of L >= 3"); return NULL; }
+    Py_buffer v[10];
+    int nv = 0;
+    PyObject *result = NULL;
+    Py_ssize_t size, counts[10] = {0, n, n, n, n, n * L, n * L, n * L, n * L, n};
+    const Py_ssize_t items[10] = {4, 8, 8, 8, 8, 4, 4, 4, 1, 8};
+    if (!row_buffers(objs, v, &nv, 10, counts, items, "iqqqqiii?q", 5, &size, "assemble_pairs")) goto done;
+    const int32_t *ids = v[0].buf;
+    const int64_t *a_lo = v[1].buf, *a_hi = v[2].buf, *b_lo = v[3].buf, *b_hi = v[4].buf;
+    int32_t *out_ids = v[5].buf, *out_mask = v[6].buf, *out_seg = v[7].buf;
+    uint8_t *out_cand = v[8].buf;
+    int64_t *out_real = v[9].buf;
+    int ok = 1;
+    for (Py_ssize_t r = 0; r < n && ok; r++) {
+        const int64_t la = a_hi[r] - a_lo[r], lb = b_hi[r] - b_lo[r];
+        if (a_lo[r] < 0 || la < 0 || a_hi[r] > size || b_lo[r] < 0 || lb < 0 || b_hi[r] > size || la + lb > L - 3) {
+            ok = 0;
+            break;
+        }
+        const Py_ssize_t real = (Py_ssize_t)(la + lb + 3), off = r * L;
+        int32_t *row = out_ids + off;
+        row[0] = (int32_t)cls;
+        memcpy(row + 1, ids + a_lo[r], (size_t)la * 4);
+        row[1 + la] = (int32_t)sep;
+        memcpy(row + 2 + la, ids + b_lo[r], (size_t)lb * 4);
+        row[real - 1] = (int32_t)sep;
+        memset(row + real, 0, (size_t)(L - real) * 4);
+        for (Py_ssize_t j = 0; j < L; j++) {
+            out_mask[off + j] = j < real;
+            out_seg[off + j] = j >= la + 2 && j < real;
+            out_cand[off + j] = (j >= 1 && j <= la) || (j >= la + 2 && j < real - 1);
+        }
+        out_real[r] = real;
+    }
+    result = PyBool_FromLong(ok);
+done:
+    release_all(v, nv);
+    return result;
+}
+
+/* assemble_windows(n, L, tokens, starts, lengths, cls, sep, separator, has_separator, input_ids,
+ * input_mask, candidates, real_length) -> bool: bert_data.windows.assemble_windows' arrays:
+ * [CLS] window [SEP] and 0-padding from `tokens` (int32) and the windows' starts and lengths
+ * (int64, n each), into int32 (n, L) input_ids and input_mask, bool (n, L) candidates (the
+ * window's tokens other than [CLS], [SEP] and, with has_separator, the document separator) and
+ * int64 (n) real_length. False when a window is outside `tokens` or longer than L - 2: the
+ * caller runs numpy. */
+static PyObject *assemble_windows(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    long long cls, sep, separator;
+    int has_separator;
+    Py_ssize_t n, L;
+    if (!PyArg_ParseTuple(args, "nnOOOLLLpOOOO", &n, &L, &objs[0], &objs[1], &objs[2], &cls, &sep, &separator,
+                          &has_separator, &objs[3], &objs[4], &objs[5], &objs[6]))
+        return NULL;
+    if (n < 0 || L < 2) { PyErr_SetString(PyExc_ValueError, "assemble_windows: n >= 0 rows of L >= 2"); return NULL; }
+    Py_buffer v[7];
+    int nv = 0;
+    PyObject *result = NULL;
+    Py_ssize_t size, counts[7] = {0, n, n, n * L, n * L, n * L, n};
+    const Py_ssize_t items[7] = {4, 8, 8, 4, 4, 1, 8};
+    if (!row_buffers(objs, v, &nv, 7, counts, items, "iqqii?q", 3, &size, "assemble_windows")) goto done;
+    const int32_t *tokens = v[0].buf;
+    const int64_t *starts = v[1].buf, *lengths = v[2].buf;
+    int32_t *out_ids = v[3].buf, *out_mask = v[4].buf;
+    uint8_t *out_cand = v[5].buf;
+    int64_t *out_real = v[6].buf;
+    int ok = 1;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const int64_t lo = starts[r], span = lengths[r];
+        if (lo < 0 || span < 0 || span > L - 2 || lo > size - span) { ok = 0; break; }
+        const Py_ssize_t real = (Py_ssize_t)span + 2, off = r * L;
+        int32_t *row = out_ids + off;
+        row[0] = (int32_t)cls;
+        memcpy(row + 1, tokens + lo, (size_t)span * 4);
+        row[real - 1] = (int32_t)sep;
+        memset(row + real, 0, (size_t)(L - real) * 4);
+        for (Py_ssize_t j = 0; j < L; j++) {
+            const int32_t id = row[j];
+            out_mask[off + j] = j < real;
+            out_cand[off + j] = j >= 1 && j <= span && id != cls && id != sep && !(has_separator && id == separator);
+        }
+        out_real[r] = real;
+    }
+    result = PyBool_FromLong(ok);
+done:
+    release_all(v, nv);
+    return result;
+}
+
+/* The k smallest of the candidate keys of one row, their positions ascending into pos[0..k);
+ * 0 when there are fewer than k candidates, or the k-th and the (k+1)-th smallest are equal
+ * (numpy's choice among them is its own). `buf` holds L doubles. The keys are uniform in
+ * [0, 1), so the k smallest of m are almost always below t = (k + 3 sqrt(k) + 3) / m: the keys
+ * below t are gathered without a branch (a few dozen) and the k smallest of those kept sorted;
+ * all candidates are gathered again only when fewer than k were below t (still exact). */
+static int select_row(const double *keys, const uint8_t *cand, Py_ssize_t L, Py_ssize_t k, double *buf, int32_t *pos) {
+    if (k == 0) return 1;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = 0; j < L; j++) m += cand[j] != 0;
+    if (k > m) return 0;
+    double t = ((double)k + 3.0 * sqrt((double)k) + 3.0) / (double)m;
+    Py_ssize_t c;
+    for (;;) {
+        c = 0;
+        for (Py_ssize_t j = 0; j < L; j++) {
+            buf[c] = keys[j];
+            c += cand[j] != 0 && keys[j] < t;
+        }
+        if (c >= k) break;
+        t = INFINITY; /* fewer than k below t: every candidate */
+    }
+    for (Py_ssize_t i = 1; i < c; i++) { /* buf[0..k) becomes the k smallest gathered, sorted */
+        const double x = buf[i];
+        Py_ssize_t h = i < k ? i : k;
+        if (h == k && x >= buf[k - 1]) continue;
+        for (; h > 0 && buf[h - 1] > x; h--)
+            if (h < k) buf[h] = buf[h - 1];
+        buf[h] = x;
+    }
+    const double kth = buf[k - 1];
+    Py_ssize_t taken = 0;
+    for (Py_ssize_t j = 0; j < L; j++) {
+        if (cand[j] && keys[j] <= kth) {
+            if (taken == k) return 0; /* a (k+1)-th key equal to the k-th */
+            pos[taken++] = (int32_t)j;
+        }
+    }
+    return 1;
+}
+
+/* mask_rows(n, L, width, p, mask_id, input_ids, candidates, keys, k, coin, random_ids, positions,
+ * original, used) -> bool: bert_data.masking.mask_batch's choice and replacements for draws
+ * made by the caller: per row the k[r] candidates of smallest key (keys float64 (n, L),
+ * candidates bool (n, L)), positions ascending; slot s of them becomes [MASK] when coin[r, s] <
+ * 0.8, stays when < 0.9, else random_ids[r, s] (coin float64, random_ids int64, (n, width)).
+ * input_ids (int32 (n, L)) is changed in place; positions and original (int32) and used (bool)
+ * are (n, p), 0 past each row's count. False, with nothing written, when some row has a tie at
+ * its k-th key (the caller then runs numpy on the same draws). */
+static PyObject *mask_rows(PyObject *self, PyObject *args) {
+    Py_ssize_t n, L, width, p;
+    long long mask_id;
+    PyObject *objs[9];
+    if (!PyArg_ParseTuple(args, "nnnnLOOOOOOOOO", &n, &L, &width, &p, &mask_id, &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6], &objs[7], &objs[8]))
+        return NULL;
+    if (n < 0 || L < 1 || width < 0 || p < width || width > L) {
+        PyErr_SetString(PyExc_ValueError, "mask_rows: sizes must satisfy 0 <= width <= p, width <= L");
+        return NULL;
+    }
+    const Py_ssize_t counts[9] = {n * L, n * L, n * L, n, n * width, n * width, n * p, n * p, n * p};
+    const Py_ssize_t items[9] = {4, 1, 8, 8, 8, 8, 4, 4, 1};
+    const char codes[9] = {'i', '?', 'd', 'q', 'd', 'q', 'i', 'i', '?'};
+    const int writable[9] = {1, 0, 0, 0, 0, 0, 1, 1, 1};
+    Py_buffer v[9];
+    int nv = 0;
+    PyObject *result = NULL;
+    double *scratch = NULL;
+    for (int a = 0; a < 9; a++) {
+        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "mask_rows")) goto done;
+        nv++;
+    }
+    int32_t *ids = v[0].buf, *positions = v[6].buf, *original = v[7].buf;
+    const uint8_t *cand = v[1].buf;
+    const double *keys = v[2].buf, *coin = v[4].buf;
+    const int64_t *k = v[3].buf, *random_ids = v[5].buf;
+    uint8_t *used = v[8].buf;
+    scratch = PyMem_Malloc((size_t)L * sizeof(double)); /* select_row's gathered keys */
+    if (!scratch) { PyErr_NoMemory(); goto done; }
+    int ok = 1;
+    memset(positions, 0, (size_t)(n * p) * 4);
+    for (Py_ssize_t r = 0; r < n && ok; r++) { /* the choice of every row first: nothing changes on a tie */
+        ok = k[r] >= 0 && k[r] <= width && select_row(keys + r * L, cand + r * L, L, (Py_ssize_t)k[r], scratch, positions + r * p);
+    }
+    if (ok) {
+        memset(original, 0, (size_t)(n * p) * 4);
+        memset(used, 0, (size_t)(n * p));
+        for (Py_ssize_t r = 0; r < n; r++) {
+            int32_t *row = ids + r * L;
+            for (Py_ssize_t s = 0; s < k[r]; s++) {
+                const Py_ssize_t at = r * p + s, slot = r * width + s;
+                const int32_t was = row[positions[at]];
+                const double c = coin[slot];
+                original[at] = was;
+                used[at] = 1;
+                row[positions[at]] = c < 0.8 ? (int32_t)mask_id : (c < 0.9 ? was : (int32_t)random_ids[slot]);
+            }
+        }
+    }
+    result = PyBool_FromLong(ok);
+done:
+    PyMem_Free(scratch);
+    release_all(v, nv);
+    return result;
+}
+
+/* ---------------------------------------------------------------- packed rows (--packing) */
+
+/* A vector argument: C-contiguous, of one of the two formats asked (code2 0: one), any length
+ * (its count into *count); writable when asked. 0 and an error if not. */
+static int any_vector(PyObject *obj, Py_buffer *view, int writable, char code1, Py_ssize_t item1, char code2,
+                      Py_ssize_t item2, Py_ssize_t *count, const char *what) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0];
+    if (fmt[1] == 0 && ((got == code1 && view->itemsize == item1) || (code2 && got == code2 && view->itemsize == item2))) {
+        *count = view->len / view->itemsize;
+        return 1;
+    }
+    PyErr_Format(PyExc_TypeError, "%s: needs a C-contiguous vector of format '%c'", what, code1);
+    PyBuffer_Release(view);
+    return 0;
+}
+
+/* pack_rows(L, B, K, ids, segments, tok_start, lengths, npred, pred_start, mlm_pos, mlm_ids, labels, members, depths,
+ *           input_ids, input_mask, positions, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights,
+ *           next_sentence_positions, next_sentence_labels, next_sentence_weights) -> bool:
+ * bert_data.packing.assemble_rows' arrays, row by row, from a buffer of compact instances
+ * (`ids` uint16 or int32 and int8 `segments` of all its tokens back to back, each instance's
+ * `tok_start`, `lengths`, `npred`, `pred_start` (int64), its predictions' int32 `mlm_pos` (within
+ * the instance) and `mlm_ids`, its int32 `labels`) and the rows' instances (`members`, int64, row
+ * after row, `depths` instances each). Into zero-filled outputs: int32 (rows, L) input_ids,
+ * input_mask (the instance's place in its row, 1..k), positions (0 at each instance's first
+ * token) and segment_ids; (rows, B) int32 masked_lm_positions (offsets into the row),
+ * masked_lm_ids and float32 masked_lm_weights (the instance's place); (rows, K) int32
+ * next_sentence_positions, next_sentence_labels, float32 next_sentence_weights (1.0). segments,
+ * labels, segment_ids and next_sentence_* are None for rows without segments (MLM-only).
+ * False (outputs unspecified) when an index is outside the buffer or a row overflows L, B or K:
+ * the caller runs numpy. */
+static PyObject *pack_rows(PyObject *self, PyObject *args) {
+    Py_ssize_t L, B, K;
+    PyObject *o[21];
+    if (!PyArg_ParseTuple(args, "nnnOOOOOOOOOOOOOOOOOOOOO", &L, &B, &K, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17],
+                          &o[18], &o[19], &o[20]))
+        return NULL;
+    if (L < 1 || B < 0 || K < 1) { PyErr_SetString(PyExc_ValueError, "pack_rows: L >= 1, B >= 0, K >= 1"); return NULL; }
+    const int paired = o[1] != Py_None;
+    const int needs[21] = {1, paired, 1, 1, 1, 1, 1, 1, paired, 1, 1, 1, 1, 1, paired, 1, 1, 1, paired, paired, paired};
+    if (paired && (o[8] == Py_None || o[14] == Py_None || o[18] == Py_None || o[19] == Py_None || o[20] == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "pack_rows: rows with segments need labels and next_sentence_* outputs");
+        return NULL;
+    }
+    /* formats: ids H/i, segments b, int64 q, int32 i, float32 f */
+    const char code1[21] = {'H', 'b', 'q', 'q', 'q', 'q', 'i', 'i', 'i', 'q', 'q', 'i', 'i', 'i', 'i', 'i', 'i', 'f', 'i', 'i', 'f'};
+    const Py_ssize_t item1[21] = {2, 1, 8, 8, 8, 8, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    Py_buffer v[21];
+    Py_ssize_t count[21] = {0};
+    int got[21] = {0};
+    PyObject *result = NULL;
+    for (int a = 0; a < 21; a++) {
+        if (!needs[a]) continue;
+        if (!any_vector(o[a], &v[a], a >= 11, code1[a], item1[a], a == 0 ? 'i' : 0, 4, &count[a], "pack_rows")) goto done;
+        got[a] = 1;
+    }
+    const Py_ssize_t n = count[3], m = count[9], rows = count[10], tokens = count[0], preds = count[6];
+    if (count[2] != n || count[4] != n || count[5] != n || count[7] != preds || (paired && (count[1] != tokens || count[8] != n))
+        || count[11] != rows * L || count[12] != rows * L || count[13] != rows * L || (paired && count[14] != rows * L)
+        || count[15] != rows * B || count[16] != rows * B || count[17] != rows * B
+        || (paired && (count[18] != rows * K || count[19] != rows * K || count[20] != rows * K))) {
+        PyErr_SetString(PyExc_ValueError, "pack_rows: array sizes do not agree");
+        goto done;
+    }
+    const int wide = v[0].itemsize == 4;
+    const uint16_t *ids16 = v[0].buf;
+    const int32_t *ids32 = v[0].buf;
+    const int8_t *segments = paired ? v[1].buf : NULL;
+    const int64_t *tok_start = v[2].buf, *lengths = v[3].buf, *npred = v[4].buf, *pred_start = v[5].buf;
+    const int32_t *mlm_pos = v[6].buf, *mlm_ids = v[7].buf, *labels = paired ? v[8].buf : NULL;
+    const int64_t *members = v[9].buf, *depths = v[10].buf;
+    int32_t *out_ids = v[11].buf, *out_mask = v[12].buf, *out_pos = v[13].buf, *out_seg = paired ? v[14].buf : NULL;
+    int32_t *out_mpos = v[15].buf, *out_mids = v[16].buf;
+    float *out_mw = v[17].buf;
+    int32_t *out_npos = paired ? v[18].buf : NULL, *out_nlab = paired ? v[19].buf : NULL;
+    float *out_nw = paired ? v[20].buf : NULL;
+    int ok = 1;
+    Py_ssize_t next = 0;
+    for (Py_ssize_t r = 0; r < rows && ok; r++) {
+        const int64_t depth = depths[r];
+        if (depth < 1 || depth > K || next + depth > m) { ok = 0; break; }
+        int64_t used = 0, predicted = 0;
+        for (int64_t s = 0; s < depth; s++) {
+            const int64_t i = members[next + s];
+            if (i < 0 || i >= n) { ok = 0; break; }
+            const int64_t len = lengths[i], start = tok_start[i], np_ = npred[i], ps = pred_start[i];
+            if (len < 0 || start < 0 || start + len > tokens || used + len > L || np_ < 0 || ps < 0 || ps + np_ > preds
+                || predicted + np_ > B) { ok = 0; break; }
+            const Py_ssize_t off = r * L + used;
+            for (int64_t t = 0; t < len; t++) {
+                out_ids[off + t] = wide ? ids32[start + t] : (int32_t)ids16[start + t];
+                out_mask[off + t] = (int32_t)(s + 1);
+                out_pos[off + t] = (int32_t)t;
+            }
+            if (paired)
+                for (int64_t t = 0; t < len; t++) out_seg[off + t] = segments[start + t];
+            const Py_ssize_t poff = r * B + predicted;
+            for (int64_t p = 0; p < np_; p++) {
+                out_mpos[poff + p] = mlm_pos[ps + p] + (int32_t)used;
+                out_mids[poff + p] = mlm_ids[ps + p];
+                out_mw[poff + p] = (float)(s + 1);
+            }
+            if (paired) {
+                out_npos[r * K + s] = (int32_t)used;
+                out_nlab[r * K + s] = labels[i];
+                out_nw[r * K + s] = 1.0f;
+            }
+            used += len;
+            predicted += np_;
+        }
+        next += depth;
+    }
+    if (ok && next != m) ok = 0;
+    result = PyBool_FromLong(ok);
+done:
+    for (int a = 0; a < 21; a++)
+        if (got[a]) PyBuffer_Release(&v[a]);
+    return result;
+}
+
 static PyObject *crc32c_py(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (!get_buffer(arg, &view, 0, 0, "data")) return NULL;
@@ -537,11 +1195,24 @@ static PyMethodDef methods[] = {
     {"decode_fixed", decode_fixed, METH_VARARGS,
      "(data, starts, lengths, keys, kinds, counts, outs, ok_out, small) -> wide"},
     {"clean_rows", clean_rows, METH_VARARGS, "(arrays, params, kinds, real_out, pred_out) -> None or sums"},
+    {"serialize_examples", serialize_examples, METH_VARARGS, "(arrays, prefixes, kinds) -> list of tf.train.Example bytes"},
+    {"frame_records", frame_records, METH_O, "(payloads) -> bytes: their TFRecord frames"},
+    {"assemble_pairs", assemble_pairs, METH_VARARGS,
+     "(n, L, ids, a_lo, a_hi, b_lo, b_hi, cls, sep, input_ids, input_mask, segment_ids, candidates, real_length) -> ok"},
+    {"assemble_windows", assemble_windows, METH_VARARGS,
+     "(n, L, tokens, starts, lengths, cls, sep, separator, has_separator, input_ids, input_mask, candidates, "
+     "real_length) -> ok"},
+    {"mask_rows", mask_rows, METH_VARARGS,
+     "(n, L, width, p, mask_id, input_ids, candidates, keys, k, coin, random_ids, positions, original, used) -> ok"},
+    {"pack_rows", pack_rows, METH_VARARGS,
+     "(L, B, K, ids, segments, tok_start, lengths, npred, pred_start, mlm_pos, mlm_ids, labels, members, depths, "
+     "input_ids, input_mask, positions, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
+     "next_sentence_positions, next_sentence_labels, next_sentence_weights) -> ok"},
     {"crc32c", crc32c_py, METH_O, "CRC32C of a bytes-like object"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wire", "bert_data's compiled TFRecord reading loops", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wire", "bert_data's compiled TFRecord reading and writing loops", -1, methods};
 
 PyMODINIT_FUNC PyInit__wire(void) {
     const uint16_t probe = 1;
@@ -551,9 +1222,9 @@ PyMODINIT_FUNC PyInit__wire(void) {
     }
     crc_choose();
     PyObject *m = PyModule_Create(&module);
-    /* batch_decode.py uses the module only when API equals its own WIRE_API: raise both together when
+    /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 1) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -11,10 +11,11 @@ read side by side; the pieces are not useful apart.)
   check it on random and damaged records).
 
 Both use the optional C accelerator ``bert_data.format._wire`` (built by ``setup.py`` from
-``_wire.c`` when a C compiler is there) when it is built and of this module's :data:`WIRE_API`,
-else their numpy implementations here, which give the same answers. ``_wire`` is None here
-when the accelerator is not used; :mod:`bert_data.format.checks` (``clean_batch``) looks at
-this module's ``_wire`` too, so setting it to None selects the numpy path everywhere.
+``_wire.c`` when a C compiler is there) when it is built and of
+:data:`bert_data.format.native.WIRE_API`, else their numpy implementations here, which give the
+same answers. ``_wire`` is None here when the accelerator is not used;
+:mod:`bert_data.format.checks` (``clean_batch``) looks at this module's ``_wire`` too, so setting
+it to None selects the numpy path of every reader (the writers' switch is ``native._wire``).
 
 Built on :mod:`bert_data.format.tfrecord` (CRCs, frame headers) and
 :mod:`bert_data.format.example_wire` (varints); neither imports this module.
@@ -26,12 +27,13 @@ import gzip
 import os
 import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from bert_data.errors import RecordFormatError
 
+from . import native
 from .example_wire import varint_bytes
 from .tfrecord import (
     MASK_DELTA,
@@ -50,20 +52,9 @@ __all__ = [
     "decode_examples",
 ]
 
-WIRE_API = 1  # the interface of bert_data/format/_wire.c this module calls (its API constant)
-
-try:  # the optional C accelerator of the batch loops below (see setup.py); same answers
-    from . import _wire  # type: ignore[attr-defined]
-except ImportError:  # no C compiler at install time: the numpy implementations
-    _wire = None
-if _wire is not None and getattr(_wire, "API", None) != WIRE_API:  # a stale build
-    import logging
-
-    logging.getLogger(__name__).warning(
-        "bert_data.format._wire was built from another version of _wire.c (API %s, expected %s): reading "
-        "TFRecords with numpy; rebuild it with `pip install -e .` (or reinstall)", getattr(_wire, "API", None), WIRE_API,
-    )
-    _wire = None
+# The optional C accelerator of the batch loops below (bound, and a stale build refused, by
+# native.py, where its API constant WIRE_API lives); None: the numpy implementations, same answers
+_wire = native.wire()
 
 
 def wire():
@@ -100,7 +91,8 @@ class RecordBatch:
         return self.data[start : start + int(self.lengths[i])]
 
 
-def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[RecordBatch]:
+def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int = READ_CHUNK_BYTES,
+                        opener: Optional[Callable[[str], BinaryIO]] = None) -> Iterator[RecordBatch]:
     """The records of a TFRecord file (plain or GZIP) in batches of about ``chunk_bytes``, both
     CRCs of every frame verified: :func:`iter_records`' contract, minus its per-record generator.
 
@@ -111,10 +103,11 @@ def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int =
     hands over to :func:`iter_records` from the start of the file, skipping the records already
     yielded: it yields whatever more that reader accepts and raises its exact
     :class:`RecordFormatError` (message and offset), so a damaged file reads exactly as before.
+    ``opener(name)`` opens the file when given (e.g. :func:`bert_data.storage.open_read` for URLs).
     """
     name = os.fsdecode(path)
     try:
-        handle = open(path, "rb")
+        handle = opener(name) if opener is not None else open(path, "rb")
     except OSError as e:
         raise RecordFormatError(f"{name}: cannot open TFRecord file: {e.strerror or e}") from e
     yielded = 0
@@ -136,7 +129,17 @@ def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int =
         finally:
             if compressed:
                 stream.close()
-    yield from _batches_after(name, yielded, chunk_bytes)
+    yield from _batches_after(name, yielded, chunk_bytes, opener)
+
+
+class _NamedStream:
+    """A stream that :func:`iter_records` names ``name`` in its errors (URL handles have no name)."""
+
+    def __init__(self, stream: BinaryIO, name: str) -> None:
+        self.stream, self.name = stream, name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.stream, attr)
 
 
 class _BadFrame(Exception):
@@ -242,15 +245,17 @@ def _gather4(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(u8[at[:, None] + np.arange(4)]).view("<u4").reshape(-1).astype(np.uint32)
 
 
-def _batches_after(name: str, skip: int, chunk_bytes: int) -> Iterator[RecordBatch]:
+def _batches_after(name: str, skip: int, chunk_bytes: int,
+                   opener: Optional[Callable[[str], BinaryIO]] = None) -> Iterator[RecordBatch]:
     """The records after the first ``skip`` as :func:`iter_records` reads them, in batches; then
     its error. Only reached for a damaged file."""
     parts: List[bytes] = []
     first = skip
     size = offset = 0
     error: Optional[RecordFormatError] = None
+    source: Any = _NamedStream(opener(name), name) if opener is not None else name
     try:
-        for index, payload in enumerate(iter_records(name)):
+        for index, payload in enumerate(iter_records(source)):
             offset += 16 + len(payload)
             if index < skip:
                 continue
@@ -262,6 +267,9 @@ def _batches_after(name: str, skip: int, chunk_bytes: int) -> Iterator[RecordBat
                 parts, size = [], 0
     except RecordFormatError as exc:
         error = exc
+    finally:
+        if opener is not None:
+            source.close()
     if parts:
         yield _batch_of(parts, first, offset)  # the good records before the error
     if error is not None:

@@ -8,19 +8,57 @@ output side may do with those bytes:
 * ``concatenates``: whether two framed runs written one after the other are one valid file of the
   records of both. TFRecord framing (and gzip members) concatenate, so every shard assembler
   builds a shard by appending groups' byte runs in group order, without parsing a record. A
-  container that does not (Parquet, with its footer; HDF5) must say ``False``, and the output
-  side then refuses to byte-concatenate it (:func:`require_concatenation`) rather than write a
-  corrupt file.
+  container that does not (Parquet, with its footer; MDS, with its header of offsets; HDF5) says
+  ``False``, and the output side then refuses to byte-concatenate it
+  (:func:`require_concatenation`) and rewrites its shards instead (below).
 
 A new container is one class here and one entry in :data:`CONTAINERS`.
+
+The rewriting protocol (containers with ``concatenates = False``)
+-----------------------------------------------------------------
+
+Workers do not change: a group's fragment holds, per (pass, shard), a run of TFRecord-framed
+``tf.train.Example`` records (the container's ``frame`` is TFRecord framing, uncompressed), and
+the output assembles every shard's runs in group order exactly as for TFRecords (the local
+partial shards and their journal, resume, the URL output's index objects: unchanged). Only at
+``publish`` does the output hand each assembled shard, a TFRecord stream, to
+:func:`bert_data.output.rewrite.rewrite_shard`, which decodes it in bounded batches
+(:func:`~bert_data.format.batch_decode.decode_examples`: padded ``(n, k)`` arrays of the layout,
+rows in shard order) and feeds them to the container's shard writer. So a rewritten shard is a
+pure function of the TFRecord shard of the same seed: byte-identical for any worker count,
+runner or resume, and it holds the same records in the same order. A rewriting container has:
+
+* ``name``, ``suffix``, ``concatenates = False`` and ``frame(payloads)`` (TFRecord frames);
+* ``supports(layout) -> str``: "" when it can hold records of that layout, else why not (one
+  phrase, for the ``--output_format`` error line of :func:`bert_data.config.validate`);
+* ``open_shard(directory, shard_name, spec: ShardSpec) -> ShardWriter``: a writer of one shard
+  into the local ``directory``, whose ``write(features)`` takes a batch of padded rows (name ->
+  ``(n, k)`` array, the :class:`~bert_data.format.columns.ShardSpec`'s features), in order, and whose ``close()`` finishes
+  the file(s) and returns ``[(file name, records)]`` in order (one file, or several when the
+  format cuts a shard into pieces, as MDS does); ``abort()`` removes what it wrote. Memory is
+  bounded by the writer's own buffer (a row group, an MDS file), never a whole shard;
+* ``sidecar``: the name of one file written beside the shards once all are written (MDS's
+  ``index.json``), or None; ``sidecar_bytes(entries)`` makes it from what every shard writer's
+  ``close()`` reported, in shard order (a writer may keep per-file details for it in
+  ``writer.sidecar_entries``).
+
+A writer's bytes must be a function of the rows only: no timestamps, no host names, fixed
+row-group or file boundaries (counted in rows or bytes of the rows, never by time or by batch),
+compression and its level pinned. Containers in :data:`CONTAINERS`: ``tfrecord``, ``parquet``
+(:mod:`bert_data.format.parquet`), ``mds`` (:mod:`bert_data.format.mds`); their packages are
+imported only when a shard is written or read.
 """
 
 from __future__ import annotations
 
 import gzip
-from typing import Dict, Sequence, Type
+from importlib import import_module
+from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
 
-from ..output.naming import TFRECORD_SUFFIX
+import numpy as np
+
+from ..output.naming import HDF5_SUFFIX, MDS_INDEX_NAME, MDS_SUFFIX, PARQUET_SUFFIX, TFRECORD_SUFFIX
+from .columns import COLUMNAR_LAYOUTS, ShardSpec
 from .tfrecord import frame_records
 
 
@@ -45,7 +83,100 @@ class TFRecordContainer:
         return data
 
 
-CONTAINERS: Dict[str, Type[TFRecordContainer]] = {"tfrecord": TFRecordContainer}
+class ShardWriter(Protocol):
+    def write(self, features: Mapping[str, np.ndarray]) -> None: ...
+    def close(self) -> List[Tuple[str, int]]: ...
+    def abort(self) -> None: ...
+
+
+class RewritingContainer(TFRecordContainer):
+    """A container whose shards are rewritten from the TFRecord stream of the same records (see
+    the module docstring); its fragments' runs are TFRecord frames, uncompressed."""
+
+    concatenates = False
+    sidecar: Optional[str] = None
+    package = ""  # the pip package it needs (named in the error when it is missing)
+    module = ""  # the module that writes and reads it (bert_data.format.<module>)
+    packed_rows = False  # whether it takes packed rows (--packing) rather than refusing them
+
+    def __init__(self, compression: str = "none") -> None:
+        super().__init__("none")
+
+    def supports(self, layout: str) -> str:
+        return "" if layout in COLUMNAR_LAYOUTS else f"{layout} records are not written as {self.name} rows"
+
+    def settings_problem(self, config) -> str:
+        """"" when the run's other settings fit the format, else why not (config.validate's line)."""
+        return ""
+
+    def open_shard(self, directory: str, shard_name: str, spec: ShardSpec) -> ShardWriter:
+        return import_module(f"bert_data.format.{self.module}").ShardFileWriter(directory, shard_name, spec)
+
+    def sidecar_bytes(self, entries: Sequence[object]) -> Optional[bytes]:
+        return None
+
+    def read_feature_batches(self, path: str, spec: ShardSpec):
+        """A shard file's records as the padded arrays of the TFRecord decoding of the same
+        records, batch by batch (how inspect and the tests read every format)."""
+        return import_module(f"bert_data.format.{self.module}").read_feature_batches(path, spec)
+
+
+class ParquetContainer(RewritingContainer):
+    """Apache Parquet, one file per shard: unpadded list columns (:mod:`bert_data.format.columns`),
+    row groups of a fixed number of rows, zstd (:mod:`bert_data.format.parquet`)."""
+
+    name = "parquet"
+    suffix = PARQUET_SUFFIX
+    package = "pyarrow"
+    module = "parquet"
+
+
+class MDSContainer(RewritingContainer):
+    """MosaicML streaming's MDS, written by its own ``MDSWriter``: each shard is one or more MDS
+    files, and one ``index.json`` beside them lists every file of every shard
+    (:mod:`bert_data.format.mds`)."""
+
+    name = "mds"
+    suffix = MDS_SUFFIX
+    sidecar = MDS_INDEX_NAME
+    package = "mosaicml-streaming"
+    module = "mds"
+
+    def sidecar_bytes(self, entries: Sequence[object]) -> Optional[bytes]:
+        from .mds import index_bytes
+
+        return index_bytes(entries)
+
+
+class HDF5Container(RewritingContainer):
+    """NVIDIA's MLPerf packed HDF5 layout, one file per shard, for its BERT PyTorch trainer
+    (``--packed_samples``): packed NSP/SOP rows (``--packing``, at most 3 instances a row) as
+    unpadded vlen samples (:mod:`bert_data.format.nvidia_hdf5`)."""
+
+    name = "hdf5"
+    suffix = HDF5_SUFFIX
+    package = "h5py"
+    module = "nvidia_hdf5"
+    packed_rows = True
+
+    def supports(self, layout: str) -> str:
+        from .nvidia_hdf5 import unsupported
+
+        return unsupported(layout)
+
+    def settings_problem(self, config) -> str:
+        from .nvidia_hdf5 import NVIDIA_SEQUENCES_PER_SAMPLE
+
+        if config.max_sequences_per_pack > NVIDIA_SEQUENCES_PER_SAMPLE:
+            return (f"NVIDIA's reader has {NVIDIA_SEQUENCES_PER_SAMPLE} slots per sample: pass --max_sequences_per_pack "
+                    f"{NVIDIA_SEQUENCES_PER_SAMPLE} or fewer")
+        return ""
+
+
+CONTAINERS: Dict[str, Type[TFRecordContainer]] = {
+    "tfrecord": TFRecordContainer, "parquet": ParquetContainer, "mds": MDSContainer, "hdf5": HDF5Container,
+}
+OUTPUT_FORMATS = tuple(CONTAINERS)
 
 
 def container_for(output_format: str = "tfrecord", compression: str = "none") -> TFRecordContainer:
@@ -53,8 +184,22 @@ def container_for(output_format: str = "tfrecord", compression: str = "none") ->
 
 
 def container_of(config) -> TFRecordContainer:
-    """The container a run writes (every run writes TFRecords today; ``--compression``)."""
-    return container_for("tfrecord", config.compression)
+    """The container a run writes (``--output_format``, ``--compression``)."""
+    return container_for(getattr(config, "output_format", "tfrecord"), config.compression)
+
+
+def rewritten_format_of(path: str) -> Optional[str]:
+    """The ``--output_format`` of a rewritten shard file by its suffix (``parquet``, ``mds``), or
+    None for anything else (TFRecords, whatever their name)."""
+    for name, container in CONTAINERS.items():
+        if issubclass(container, RewritingContainer) and path.endswith(container.suffix):
+            return name
+    return None
+
+
+def is_rewriting(container: object) -> bool:
+    """Whether the output rewrites this container's shards from their TFRecord stream."""
+    return isinstance(container, RewritingContainer)
 
 
 class NotConcatenableError(RuntimeError):
@@ -63,9 +208,18 @@ class NotConcatenableError(RuntimeError):
 
 def require_concatenation(container: TFRecordContainer) -> None:
     """The assemblers build shards by concatenating byte runs: refuse a container for which that
-    would not be a valid file (a programming error, never a user's)."""
-    if not container.concatenates:
+    would not be a valid file (a programming error, never a user's). A rewriting container passes:
+    its runs are TFRecord frames, and the output rewrites the assembled shards at publish."""
+    if not container.concatenates and not is_rewriting(container):
         raise NotConcatenableError(
             f"{container.name} shards cannot be assembled by concatenating group runs; this output needs an "
             f"assembler that rewrites them"
         )
+
+
+def require_tfrecord_shards(container: TFRecordContainer, where: str) -> None:
+    """An output that publishes the assembled TFRecord stream as it is (BERT's named files, Beam's
+    shard writer) refuses a rewriting container (a programming error: config.validate refuses
+    the flags first)."""
+    if is_rewriting(container):
+        raise NotConcatenableError(f"{where} writes TFRecord files only, not {container.name}")

@@ -41,11 +41,14 @@ lengths. Everything is whole-batch numpy; the only per-record Python is the fina
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from bert_data.errors import RecordFormatError
+
+from .native import wire
 
 __all__ = [
     "serialize_examples",
@@ -91,6 +94,12 @@ def _varint_len_vec(u: np.ndarray) -> Tuple[np.ndarray, int, List[np.ndarray]]:
     return lens, width, ge
 
 
+def _check_fits_int64(values: np.ndarray, name: str) -> None:
+    """An unsigned 64-bit feature's values must fit in int64 (what an Int64List holds)."""
+    if values.dtype.kind == "u" and values.dtype.itemsize == 8 and values.size and int(values.max()) > 0x7FFFFFFFFFFFFFFF:
+        raise ValueError(f"feature {name!r}: value {int(values.max())} does not fit in int64")
+
+
 def _as_unsigned(values: np.ndarray, name: str) -> np.ndarray:
     """Integer array -> unsigned array (uint32 when every value fits, else the uint64 two's complement)."""
     if values.dtype == np.bool_:
@@ -100,8 +109,7 @@ def _as_unsigned(values: np.ndarray, name: str) -> np.ndarray:
     if values.size == 0:
         return values.astype(np.uint32)
     if values.dtype.kind == "u":
-        if values.dtype.itemsize == 8 and int(values.max()) > 0x7FFFFFFFFFFFFFFF:
-            raise ValueError(f"feature {name!r}: value {int(values.max())} does not fit in int64")
+        _check_fits_int64(values, name)
         if values.dtype.itemsize <= 4:
             return values.astype(np.uint32, copy=False)
         if int(values.max()) <= 0xFFFFFFFF:
@@ -121,13 +129,27 @@ def _as_unsigned(values: np.ndarray, name: str) -> np.ndarray:
 _CONST, _VARINT, _VALUES, _RAW = range(4)
 
 
+def _check_feature(name: str, dtype: str, array: np.ndarray, n: int) -> None:
+    """The checks of one feature that both encoders (numpy and C) make, in the same order."""
+    if array.ndim != 2 or array.shape[0] != n:
+        raise ValueError(f"feature {name!r}: expected a 2-D array with {n} rows, got shape {array.shape}")
+    if dtype not in ("int64", "float32"):
+        raise ValueError(f"feature {name!r}: unsupported dtype {dtype!r} (use 'int64' or 'float32')")
+
+
+def _float32_values(array: np.ndarray, name: str) -> np.ndarray:
+    """A float32 feature's values as C-contiguous little-endian float32 (the bytes written)."""
+    if array.dtype.kind not in "fiub":
+        raise TypeError(f"feature {name!r}: float32 feature needs a numeric array, got dtype {array.dtype}")
+    return np.ascontiguousarray(array, dtype="<f4")
+
+
 def _plan_feature_tokens(
     name: str, dtype: str, array: np.ndarray, n: int
 ) -> Tuple[List[Tuple[Any, ...]], np.ndarray]:
     """Tokens of one map entry (``0x0a len Entry``) and its per-record byte length."""
     key = name.encode("utf-8")
-    if array.ndim != 2 or array.shape[0] != n:
-        raise ValueError(f"feature {name!r}: expected a 2-D array with {n} rows, got shape {array.shape}")
+    _check_feature(name, dtype, array, n)
     k = array.shape[1]
     if dtype == "int64":
         u = _as_unsigned(np.asarray(array), name)
@@ -135,15 +157,11 @@ def _plan_feature_tokens(
         payload_len = lens.sum(axis=1, dtype=np.int64) if k else np.zeros(n, np.int64)
         body: Tuple[Any, ...] = (_VALUES, u, lens, width, ge)
         tag = b"\x1a"
-    elif dtype == "float32":
-        if array.dtype.kind not in "fiub":
-            raise TypeError(f"feature {name!r}: float32 feature needs a numeric array, got dtype {array.dtype}")
-        raw = np.ascontiguousarray(array, dtype="<f4").view(np.uint8).reshape(n, 4 * k)
+    else:
+        raw = _float32_values(array, name).view(np.uint8).reshape(n, 4 * k)
         payload_len = np.full(n, 4 * k, np.int64)
         body = (_RAW, raw)
         tag = b"\x12"
-    else:
-        raise ValueError(f"feature {name!r}: unsupported dtype {dtype!r} (use 'int64' or 'float32')")
 
     if k:
         list_len = 1 + _vlen_small(payload_len) + payload_len
@@ -215,6 +233,32 @@ def serialize_token_sequences(input_ids: np.ndarray, input_mask: np.ndarray, ele
     return out
 
 
+NATIVE_MAX_FEATURES = 64  # _wire.serialize_examples' limit (our layouts have at most 10)
+
+
+@functools.lru_cache(maxsize=64)
+def _entry_prefixes(order: Tuple[Tuple[str, str], ...]) -> Tuple[Tuple[bytes, ...], bytes]:
+    """What ``_wire.serialize_examples`` takes besides the values: per feature its map entry's
+    constant bytes (``0a`` + the key's length + the key + ``12``) and its kind (``i`` or ``f``)."""
+    prefixes = tuple(b"\x0a" + varint_bytes(len(key)) + key + b"\x12" for key in (name.encode("utf-8") for name, _ in order))
+    return prefixes, b"".join(b"f" if dtype == "float32" else b"i" for _, dtype in order)
+
+
+def _native_values(name: str, dtype: str, array: np.ndarray, n: int) -> np.ndarray:
+    """One feature as ``_wire.serialize_examples`` takes it: C-contiguous int32 or int64 (every
+    integer dtype whose values it holds exactly), or float32; checked as the numpy encoder checks."""
+    _check_feature(name, dtype, array, n)
+    if dtype == "float32":
+        return _float32_values(array, name)
+    kind, size = array.dtype.kind, array.dtype.itemsize
+    if kind == "b" or (kind in "iu" and size < 4) or (kind == "i" and size == 4):
+        return np.ascontiguousarray(array, dtype=np.int32)
+    if kind not in "iu":
+        raise TypeError(f"feature {name!r}: int64 feature needs an integer array, got dtype {array.dtype}")
+    _check_fits_int64(array, name)
+    return np.ascontiguousarray(array, dtype=np.int64)  # uint32, and uint64 below 2**63: exact
+
+
 def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]]) -> List[bytes]:
     # Over 80 lines on purpose: the three steps (plan, lay out slots, cut records) share the
     # plan's arrays, and this is the writer's hottest function (see the module docstring).
@@ -248,6 +292,10 @@ def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple
             if arrays[name].ndim != 2 or arrays[name].shape[0] != 0:
                 raise ValueError(f"feature {name!r}: expected a 2-D array with 0 rows, got {arrays[name].shape}")
         return []
+    native = wire()
+    if native is not None and len(names) <= NATIVE_MAX_FEATURES:  # the same bytes, one C loop per record
+        values = tuple(_native_values(name, dtype, arrays[name], n) for name, dtype in order)
+        return native.serialize_examples(values, *_entry_prefixes(tuple(map(tuple, order))))
 
     # 1. Plan the token layout and the per-record lengths.
     tokens: List[Tuple[Any, ...]] = []

@@ -296,6 +296,7 @@ def directory_reads(
     else every file named like a shard (``shard_like``, found by the caller's file system); and
     the warning naming shard-like files no manifest lists (None when there are none). Raises
     :class:`RecordFormatError` when there is nothing to read or a listed file is missing."""
+    refuse_other_format(directory, manifest)
     listed = listed_files(directory, manifest, named)
     if listed is None:
         if not shard_like:
@@ -309,6 +310,31 @@ def directory_reads(
                 "is incomplete; write it again (rerun the command that made it; create_tfrecords needs --overwrite)"
             )
     return files, listed.unlisted_warning(directory, shard_like)
+
+
+def output_format(manifest: Optional[Manifest]) -> str:
+    """The ``--output_format`` a manifest's run wrote (``tfrecord`` when it does not say)."""
+    value = manifest.data.get("output_format", "tfrecord") if manifest is not None else "tfrecord"
+    return value if isinstance(value, str) else "tfrecord"
+
+
+FORMAT_READERS = {
+    "parquet": "datasets.load_dataset('parquet', ...) or pyarrow",
+    "mds": "streaming.StreamingDataset(local=...)",
+    "hdf5": "the pretraining_dataset of NVIDIA's MLPerf run_pretraining.py (packed samples)",
+}
+
+
+def refuse_other_format(directory: str, manifest: Optional[Manifest]) -> None:
+    """A TFRecord reader given a directory of another ``--output_format`` says so in one line,
+    naming the format's own reader, rather than reading its files as TFRecords."""
+    found = output_format(manifest)
+    if found != "tfrecord":
+        reader = FORMAT_READERS.get(found, "that format's own reader")
+        raise RecordFormatError(
+            f"{directory} holds {found} files (--output_format {found}), not TFRecords: read them with {reader} and "
+            f"bert_data.reader.collate.PretrainingCollator (docs/recipes.md, 'Train in PyTorch')"
+        )
 
 
 def listed_count(manifest: Optional[Manifest], path: str) -> Optional[int]:

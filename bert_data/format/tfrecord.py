@@ -11,7 +11,8 @@
   what a file is.
 * :func:`crc32c` / :func:`masked_crc32c`: CRC32C (``google_crc32c``, else a pure-Python table).
 
-The lowest of the three record modules: it imports neither of the others. The payloads it frames
+The lowest of the three record modules: it imports neither of the others (only
+:mod:`bert_data.format.native`, the optional C accelerator's binding). The payloads it frames
 are ``tf.train.Example`` bytes (:mod:`bert_data.format.example_wire`); the batch reader of
 ``inspect_tfrecords --stats`` (:mod:`bert_data.format.batch_decode`) cuts frames with the
 public helpers below (:func:`read_exact`, :func:`looks_like_frame_header`, :data:`U64`,
@@ -28,6 +29,8 @@ import zlib
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Union
 
 from bert_data.errors import RecordFormatError
+
+from .native import wire
 
 __all__ = [
     "frame_records",
@@ -106,8 +109,12 @@ def frame_records(payloads: Iterable[bytes]) -> bytes:
     """TFRecord frames of ``payloads``, concatenated (what ``tf.io.TFRecordWriter`` writes).
 
     Each frame: uint64 LE length, uint32 LE masked CRC32C of those 8 bytes, the data,
-    uint32 LE masked CRC32C of the data.
+    uint32 LE masked CRC32C of the data. One C loop with the accelerator
+    (:func:`bert_data.format.native.wire`), else the loop below: the same bytes.
     """
+    native = wire()
+    if native is not None:
+        return native.frame_records(payloads if isinstance(payloads, (list, tuple)) else list(payloads))
     parts: List[bytes] = []
     append = parts.append
     cache_get = _HEADER_CACHE.get

@@ -39,12 +39,13 @@ from ..format.checks import (
     structure_problem,
     token_kind_table,
 )
+from ..format.columns import layout_spec
+from ..format.containers import container_for, rewritten_format_of
 from ..format.example_wire import parse_example
-from ..format.manifest import sequences_per_pack
 from ..format.packed import instance_layout, is_packed, unpack_rows
-from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, feature_length
+from ..format.schema import feature_length
 from . import InspectError
-from .inputs import Group, VocabInfo, detect_compression
+from .inputs import Group, VocabInfo, detect_compression, group_pack
 
 __all__ = [
     "MAX_REASONS",
@@ -88,12 +89,6 @@ def _grow_add(hist: np.ndarray, counts: np.ndarray) -> np.ndarray:
         hist = np.concatenate([hist, np.zeros(len(counts) - len(hist), np.int64)])
     hist[: len(counts)] += counts
     return hist
-
-
-def group_pack(group: Group) -> int:
-    """``max_sequences_per_pack`` of a directory's packed records (its manifest's; else 3)."""
-    manifest = getattr(group, "manifest", None)
-    return sequences_per_pack(manifest.data) if manifest is not None else DEFAULT_SEQUENCES_PER_PACK
 
 
 class Accumulator:
@@ -279,14 +274,17 @@ def read_file(path: str, group: Group, vocab: Optional[VocabInfo], progress: Opt
     (the file's directory as known when the file starts; it learns from the records as they
     come, as reading every file of the directory in order would). ``progress`` gets the
     records and file bytes (compressed bytes for gzip) read after each batch."""
-    compression = detect_compression(path)
+    rewritten = rewritten_format_of(path)
+    compression = detect_compression(path) if rewritten is None else "none"
     acc = Accumulator(vocab)
     observed = (group.observed_seq, group.observed_pred)
     reader = _FileReader(path, acc, group)
     done = 0
     corrupt = None
     try:
-        for batch in iter_record_batches(path):
+        if rewritten is not None:
+            corrupt = _read_rewritten(path, rewritten, group, acc, progress)
+        for batch in iter_record_batches(path) if rewritten is None else ():
             reader.add(batch)
             if progress is not None:
                 progress(len(batch), batch.position - done)
@@ -306,6 +304,34 @@ def read_file(path: str, group: Group, vocab: Optional[VocabInfo], progress: Opt
     seen_seq = group.observed_seq if observed[0] is None else None
     seen_pred = group.observed_pred if observed[1] is None else None
     return FileResult(path, count, corrupt, compression, acc, seen_seq, seen_pred)
+
+
+def _read_rewritten(path: str, output_format: str, group: Group, acc: Accumulator, progress: Optional[Progress]
+                    ) -> Optional[str]:
+    """A Parquet / MDS file (``--output_format``) read through its format's own reader into the
+    padded arrays of the TFRecord decoding of the same records, then checked and accumulated as
+    those are; returns why the file could not be read to its end, or None."""
+    if group.layout is None or group.seq is None or not group.ready():
+        raise InspectError(
+            f"{path}: a {output_format} file is checked against its directory's data_params.json (the layout and "
+            "lengths); inspect the output directory it is in, with its manifest"
+        )
+    spec = layout_spec(group.layout, group.seq, group.pred or 0, group_pack(group))
+    first = 0
+    try:
+        for arrays in container_for(output_format).read_feature_batches(path, spec):
+            n = len(arrays["input_ids"])
+            where = (lambda start: lambda i: f"{path} record {start + i}")(first)
+            acc.records += n
+            if n:
+                group.learn(where(0), {name: a[0] for name, a in arrays.items()})
+                acc.add_checked([arrays], np.arange(n), [], group, where)
+            first += n
+            if progress is not None:
+                progress(n, 0)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:  # pyarrow's and streaming's errors are these
+        return f"not a readable {output_format} file of this layout ({type(exc).__name__}: {exc})"
+    return None
 
 
 class _FileReader:

@@ -31,7 +31,9 @@ from ..format.manifest import (
     manifest_layout,
     named_output_manifests,
     manifest_separator,
+    sequences_per_pack,
 )
+from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
 from ..output.naming import natural_key, shard_glob
 from ..storage import file_kind
@@ -307,6 +309,13 @@ class Group:
             pred_length=self.observed_pred,
             whole_directory=self.dir_given,
         )
+
+
+
+def group_pack(group: "Group") -> int:
+    """``max_sequences_per_pack`` of a directory's packed records (its manifest's; else 3)."""
+    manifest = getattr(group, "manifest", None)
+    return sequences_per_pack(manifest.data) if manifest is not None else DEFAULT_SEQUENCES_PER_PACK
 
 
 class Groups:

@@ -10,16 +10,18 @@ it (:mod:`bert_data.format.checks`) and what is wrong with it is printed below i
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
 from ..errors import RecordFormatError
 from ..format.checks import check_records, is_masked, is_packed_layout, is_paired, layout_names, structure_problem
+from ..format.columns import layout_spec
+from ..format.containers import container_for, rewritten_format_of
 from ..format.example_wire import parse_example
 from ..format.tfrecord import iter_records
 from . import InspectError
-from .inputs import Group, Groups, InputFile, VocabInfo
+from .inputs import Group, Groups, InputFile, VocabInfo, group_pack
 from .report import plural
 
 __all__ = ["PREDICTION_LEGEND", "decode_instance", "decode_sequence", "print_instances"]
@@ -159,6 +161,37 @@ def _print_one(where: str, example: Dict[str, Any], group: Group, vocab: VocabIn
 PREDICTION_LEGEND = "# token{original} marks a prediction: [MASK]{x} masked, y{x} replaced at random, x{x} kept"
 
 
+def _examples(path: str, group: Group) -> Iterator[Tuple[str, Any]]:
+    """``(where, record)`` of a file in order: a record is its decoded features, or the
+    :class:`RecordFormatError` that decoding it raised. A Parquet / MDS file (``--output_format``)
+    is read through its format's reader into the TFRecord decoding's arrays (its directory's
+    manifest gives the layout and lengths)."""
+    output_format = rewritten_format_of(path)
+    if output_format is not None:
+        if group.layout is None or group.seq is None:
+            raise RecordFormatError(f"a {output_format} file is read with its directory's data_params.json (layout, lengths)")
+        spec = layout_spec(group.layout, group.seq, group.pred or 0, group_pack(group))
+        index = 0
+        try:
+            for arrays in container_for(output_format).read_feature_batches(path, spec):
+                for i in range(len(arrays["input_ids"])):
+                    yield f"{path} record {index}", {name: a[i] for name, a in arrays.items()}
+                    index += 1
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise RecordFormatError(f"not a readable {output_format} file ({type(exc).__name__}: {exc})") from None
+        return
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise InspectError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with handle:
+        for index, data in enumerate(iter_records(handle)):
+            try:
+                yield f"{path} record {index}", parse_example(data)
+            except RecordFormatError as exc:
+                yield f"{path} record {index}", exc
+
+
 def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out: Optional[TextIO] = None) -> int:
     """Print the first ``n`` records (to ``out``, default stdout), each checked as ``--stats``
     checks it; returns the number of bad records met."""
@@ -169,33 +202,23 @@ def print_instances(files: Sequence[InputFile], vocab: VocabInfo, n: int, out: O
     for f in files:
         if shown >= n:
             break
-        try:
-            handle = open(f.path, "rb")
-        except OSError as exc:
-            raise InspectError(f"{f.path}: cannot be read ({exc.strerror or exc})") from None
         group = groups.of(f.path)
-        with handle:
-            index = 0
-            try:
-                for data in iter_records(handle):
-                    if shown >= n:
-                        break
-                    where = f"{f.path} record {index}"
-                    index += 1
-                    shown += 1
-                    try:
-                        example = parse_example(data)
-                    except RecordFormatError as exc:
-                        print(f"\n{where}: BAD: {exc}", file=out)
-                        bad += 1
-                        continue
-                    if not legend and is_masked(group.learn_layout(example, f.path)):
-                        print(PREDICTION_LEGEND, file=out)
-                        legend = True
-                    bad += _print_one(where, example, group, vocab, out)
-            except RecordFormatError as exc:
-                print(f"\n{f.path}: BAD: {exc}", file=out)
-                bad += 1
+        try:
+            for where, example in _examples(f.path, group):
+                if shown >= n:
+                    break
+                shown += 1
+                if isinstance(example, RecordFormatError):
+                    print(f"\n{where}: BAD: {example}", file=out)
+                    bad += 1
+                    continue
+                if not legend and is_masked(group.learn_layout(example, f.path)):
+                    print(PREDICTION_LEGEND, file=out)
+                    legend = True
+                bad += _print_one(where, example, group, vocab, out)
+        except RecordFormatError as exc:
+            print(f"\n{f.path}: BAD: {exc}", file=out)
+            bad += 1
     if shown == 0 and n > 0:
         print("(no records)", file=out)
     return bad

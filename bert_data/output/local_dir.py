@@ -27,13 +27,14 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 
 from ..errors import OutputError, ResumeError, plural
 from ..faults import crash_point
-from ..format.containers import require_concatenation
+from ..format.containers import CONTAINERS, is_rewriting, require_concatenation
 from ..format.manifest import ManifestError, listed_shard_names, load_manifest
 from ..identity import written_over_input
-from ..storage import is_remote, local_path_of, write_json_atomically
+from ..storage import is_remote, local_path_of, write_bytes, write_json_atomically
 from .fragment import Segment, copy_range
 from .journal import check_progress, damaged, read_journal, resume_point
 from .lock import output_lock
+from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
     LOCK_NAME, MANIFEST_NAME, PARTIAL_SUFFIX, PROGRESS_FILE, RUN_FILE, WORK_DIR_NAME, is_shard_of, shard_file_names,
 )
@@ -104,12 +105,17 @@ class ShardAssembler:
             os.close(src)
         os.unlink(fragment_path)
 
-    def publish(self) -> Dict[str, int]:
-        """fsync, close and rename every partial shard to its final name."""
+    def finish_partials(self) -> List[str]:
+        """fsync and close every partial shard; their paths, in shard order."""
         for fd in self._fds:
             os.fsync(fd)
             os.close(fd)
         self._fds = []
+        return list(self.partial_paths)
+
+    def publish(self) -> Dict[str, int]:
+        """fsync, close and rename every partial shard to its final name."""
+        self.finish_partials()
         for partial, final in zip(self.partial_paths, self.final_names):
             os.replace(partial, os.path.join(self.output_dir, final))
         return dict(zip(self.final_names, self.records_per_shard))
@@ -136,6 +142,12 @@ def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Opt
     manifest (``previous``, its JSON object) lists, whatever their ``--name``, so that no reader
     finds them beside the new run's (:func:`~bert_data.format.manifest.listed_shard_names`)."""
     listed = set(listed_shard_names(previous, suffix)) if previous is not None else set()
+    if previous is not None:  # a previous run of another --output_format: its files and sidecar
+        earlier = CONTAINERS.get(str(previous.get("output_format", "tfrecord")))
+        if earlier is not None and earlier.suffix != suffix:
+            listed.update(listed_shard_names(previous, earlier.suffix))
+        if earlier is not None and getattr(earlier, "sidecar", None):
+            listed.add(earlier.sidecar)
     return [e for e in entries if e == MANIFEST_NAME or is_shard_of(e, name, suffix) or e in listed]
 
 
@@ -270,7 +282,7 @@ class LocalDirOutput:
     catches = (OSError,)  # what failure() turns into one line
 
     def __init__(self, config, container) -> None:
-        require_concatenation(container)
+        require_concatenation(container)  # (a rewriting container's runs are TFRecord frames: they do)
         self.config = config
         self.container = container
         self.output_dir = config.output_dir
@@ -338,9 +350,32 @@ class LocalDirOutput:
 
     def publish(self) -> Dict[str, int]:
         try:
+            if is_rewriting(self.container):
+                return self._publish_rewritten()
             return self._assembler.publish()
         finally:
             self._assembler.close()
+
+    def _publish_rewritten(self) -> Dict[str, int]:
+        """Every partial shard (a TFRecord stream) rewritten into the container's file(s)
+        (:mod:`bert_data.output.rewrite`), each renamed into place when whole, the sidecar last.
+        The partial shards stay until the commit: a run killed here is resumed by rewriting again."""
+        sources = self._assembler.finish_partials()
+        rewritten = os.path.join(self.work_dir, "rewritten")
+
+        def place(name: str) -> None:  # on disk before its name is (as the TFRecord shards are)
+            fd = os.open(os.path.join(rewritten, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(os.path.join(rewritten, name), os.path.join(self.output_dir, name))
+
+        per_file, sidecar = rewrite_shards(sources, self.shard_names, self.container, rewritten,
+                                           shard_spec(self.config), place, rewrite_threads(self.config))
+        if sidecar is not None:
+            write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar)
+        return per_file
 
     def commit(self, manifest: Mapping) -> Dict:
         """The work directory goes, then the manifest is written: the commit point."""

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..config import output_settings
 from ..errors import ConfigError, OutputError, ResumeError
 from ..faults import crash_point
+from ..format.containers import require_tfrecord_shards
 from ..identity import documents_fingerprint
 from ..identity import refuse_writing_over_inputs
 from ..storage import write_json_atomically
@@ -198,6 +199,7 @@ class NamedFilesOutput(LocalDirOutput):
     """A local run in the staging directory whose commit moves the shards onto the named files."""
 
     def __init__(self, config, container, named: NamedFiles) -> None:
+        require_tfrecord_shards(container, "--output_file (google-research/bert's named output files)")
         super().__init__(config, container)
         self.named = named
 

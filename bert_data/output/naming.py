@@ -3,7 +3,9 @@
 Readers (inspect, the tf.data reader, the end-of-run summary) and writers (the three output
 kinds, ``--overwrite``) all take names from here, so a change of template is one edit::
 
-    {output_dir}/{name}-{i}{suffix}                   shard i (1-based); suffix .tfrecords
+    {output_dir}/{name}-{i}{suffix}                   shard i (1-based); suffix .tfrecords or .parquet
+    {output_dir}/{name}-{i}.{j:05d}.mds               piece j of shard i (--output_format mds)
+    {output_dir}/index.json                           MDS's index of those pieces (--output_format mds)
     {output_dir}/data_params.json                     the manifest, written last
     {output_dir}/.bert_data_work/run.json             settings + input fingerprints of the run in progress
     {output_dir}/.bert_data_work/progress.json        the local journal: groups appended, shard sizes
@@ -23,6 +25,10 @@ import re
 from typing import Any, Callable, List, Optional
 
 TFRECORD_SUFFIX = ".tfrecords"
+PARQUET_SUFFIX = ".parquet"  # --output_format parquet: {name}-{i}.parquet
+MDS_SUFFIX = ".mds"  # --output_format mds: {name}-{i}.{j:05d}.mds, the MDS files of shard i
+HDF5_SUFFIX = ".hdf5"  # --output_format hdf5: {name}-{i}.hdf5 (NVIDIA's trainer reads names containing "part_")
+MDS_INDEX_NAME = "index.json"  # --output_format mds: MosaicML streaming's index of every MDS file
 MANIFEST_NAME = "data_params.json"
 WORK_DIR_NAME = ".bert_data_work"
 RUN_FILE = "run.json"  # the settings of the run in progress (checked by --resume)

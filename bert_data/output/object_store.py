@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import tempfile
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -31,10 +34,11 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 from .. import storage
 from ..errors import BertDataError, OutputError
 from ..faults import crash_point
-from ..format.containers import require_concatenation
-from .fragment import copy_runs
+from ..format.containers import is_rewriting, require_concatenation
+from .fragment import COPY_CHUNK, copy_runs
 from .journal import load_index, resume_point
 from .local_dir import refuse_replacing_inputs, replaced_files, run_inputs
+from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
 
 log = logging.getLogger("bert_data")
@@ -105,15 +109,22 @@ def check_remote_writable(output_dir: str) -> None:
         raise OutputError(f"--output_dir {output_dir} cannot be written ({type(exc).__name__}: {exc})") from None
 
 
-def assemble_shards(output_dir: str, work_dir: str, names: List[str], index: Mapping[int, Mapping]) -> Dict[str, int]:
-    """Every shard from its groups' byte ranges in group order, each published atomically;
-    records per shard name."""
-    runs: Dict[int, List[Tuple[str, int, int]]] = {shard: [] for shard in range(len(names))}
+def shard_runs(work_dir: str, shards: int, index: Mapping[int, Mapping]
+               ) -> Tuple[Dict[int, List[Tuple[str, int, int]]], Counter]:
+    """Each shard's byte ranges ``(fragment, offset, length)`` in group order, and its records."""
+    runs: Dict[int, List[Tuple[str, int, int]]] = {shard: [] for shard in range(shards)}
     records: Counter = Counter()
     for group_index in sorted(index):
         for shard, offset, length, count in index[group_index]["segments"]:
             runs[shard].append((fragment_name(work_dir, group_index, storage.join), offset, length))
             records[shard] += count
+    return runs, records
+
+
+def assemble_shards(output_dir: str, work_dir: str, names: List[str], index: Mapping[int, Mapping]) -> Dict[str, int]:
+    """Every shard from its groups' byte ranges in group order, each published atomically;
+    records per shard name."""
+    runs, records = shard_runs(work_dir, len(names), index)
 
     def write(shard: int) -> None:
         out, commit = storage.atomic_create(storage.join(output_dir, names[shard]))
@@ -126,6 +137,39 @@ def assemble_shards(output_dir: str, work_dir: str, names: List[str], index: Map
     with ThreadPoolExecutor(max_workers=SHARD_THREADS) as pool:
         list(pool.map(write, range(len(names))))
     return {names[shard]: records[shard] for shard in range(len(names))}
+
+
+def rewrite_remote_shards(output_dir: str, work_dir: str, names: List[str], index: Mapping[int, Mapping],
+                          container, spec, threads: int = 1) -> Dict[str, int]:
+    """A rewriting container's shards (:mod:`bert_data.output.rewrite`): each shard's ranges are
+    copied, in group order, into a local TFRecord file, rewritten locally, and every file
+    written is uploaded (atomically) as soon as its shard is done; the sidecar last. Local disk
+    holds the TFRecord shards and their rewritten files at once."""
+    runs, _ = shard_runs(work_dir, len(names), index)
+    scratch = tempfile.mkdtemp(prefix="bert_data_rewrite_")
+    try:
+        sources = [os.path.join(scratch, f"shard-{shard}.tfrecords") for shard in range(len(names))]
+        for shard, source in enumerate(sources):
+            with open(source, "wb") as out:
+                copy_runs(runs[shard], out)
+        rewritten = os.path.join(scratch, "rewritten")
+
+        def place(name: str) -> None:
+            out, commit = storage.atomic_create(storage.join(output_dir, name))
+            try:
+                with open(os.path.join(rewritten, name), "rb") as src:
+                    shutil.copyfileobj(src, out, COPY_CHUNK)
+            finally:
+                out.close()
+            commit()
+            os.unlink(os.path.join(rewritten, name))
+
+        per_file, sidecar = rewrite_shards(sources, names, container, rewritten, spec, place, threads)
+        if sidecar is not None:
+            storage.write_bytes(storage.join(output_dir, container.sidecar), sidecar)
+        return per_file
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class ObjectStoreOutput:
@@ -182,6 +226,9 @@ class ObjectStoreOutput:
         self.index[result.group_index] = entry
 
     def publish(self) -> Dict[str, int]:
+        if is_rewriting(self.container):
+            return rewrite_remote_shards(self.output_dir, self.work_dir, self.shard_names, self.index, self.container,
+                                         shard_spec(self.config), rewrite_threads(self.config))
         return assemble_shards(self.output_dir, self.work_dir, self.shard_names, self.index)
 
     def commit(self, manifest: Mapping) -> Dict:

@@ -47,7 +47,7 @@ from typing import Dict, Sequence, Tuple
 from .. import storage
 from ..config import Config
 from ..errors import BertDataError, ConfigError, NothingUsableError, OutputError
-from ..format.containers import container_of, require_concatenation
+from ..format.containers import container_of, require_concatenation, require_tfrecord_shards
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..group import build_resources
 from ..metadata import MetadataSummary, decode_group
@@ -358,6 +358,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
     if getattr(config, "resume", False):
         raise ConfigError("--resume is for the local runner; re-run a Beam job instead (its output is deterministic)")
     require_concatenation(container_of(config))  # WriteShard concatenates group runs
+    require_tfrecord_shards(container_of(config), "--runner beam")  # and publishes them as they are
     scratch = tempfile.mkdtemp(prefix="bert_data_driver_")
     try:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)

@@ -36,6 +36,7 @@ from ..output.lock import output_lock
 from ..output.named_files import NamedFiles, already_published
 from ..output.naming import RUN_FILE, WORK_DIR_NAME
 from ..storage import exists as storage_exists, is_remote, join as storage_join
+from ..token_cache import check_cache_inputs
 from .dask import dask_ready, dask_session, run_groups_dask
 from .finish import finish, keep_worst, quality_warnings
 from .plan import PLAN_PREFIX, plan_run, planned_groups, remove_stale_plans, split_configs
@@ -200,6 +201,8 @@ def _run_planned(
     on_group: Optional[ProgressCallback], bytes_read,
 ) -> Dict:
     inputs = input_fingerprints(config, summary, config.vocab_file)
+    if config.from_tokens:  # the cache was made from these metadata and documents, in as many groups
+        check_cache_inputs(config, inputs, summary.groups)
     try:
         stats = output.prepare(dict(output_settings(config), inputs=inputs), summary.groups)
         if stats is None:

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections import deque
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..errors import BertDataError
@@ -31,6 +31,7 @@ class WorkerDiedError(BertDataError):
     exit_code = 3
 
 _WORKER_RESOURCES: Optional[Resources] = None
+_WORKER_MAKE: Callable[..., object] = make_group  # what a worker does with a group (make_group; tokenize's writer)
 
 
 def _alive(pid: int) -> bool:
@@ -76,8 +77,8 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="bert_data-parent-watchdog", daemon=True).start()
 
 
-def _init_worker(config: Config, parent_pid: int, bytes_read=None) -> None:
-    global _WORKER_RESOURCES
+def _init_worker(config: Config, parent_pid: int, bytes_read=None, make: Callable[..., object] = make_group) -> None:
+    global _WORKER_RESOURCES, _WORKER_MAKE
     import signal
 
     _die_with_parent(parent_pid)
@@ -86,26 +87,30 @@ def _init_worker(config: Config, parent_pid: int, bytes_read=None) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _WORKER_RESOURCES = build_resources(config)
     _WORKER_RESOURCES.bytes_read = bytes_read
+    _WORKER_MAKE = make
 
 
 def _process_in_worker(group_index: int, items: Sequence[WorkItem], work_dir: str) -> GroupResult:
     if _WORKER_RESOURCES is None:
         raise RuntimeError("worker initializer did not run")
     crash_point("worker", group_index)  # test hook: this worker is killed (as by the OOM killer)
-    return make_group(group_index, items, _WORKER_RESOURCES, work_dir)
+    return _WORKER_MAKE(group_index, items, _WORKER_RESOURCES, work_dir)
 
 
 def run_groups(
-    config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None
+    config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None,
+    make: Callable[..., object] = make_group,
 ) -> Iterator[GroupResult]:
     """Results in group order. At most ``2 * num_workers`` groups are in flight, so memory
     (and the plan read ahead) stays bounded whatever the corpus size. ``bytes_read`` (a shared
-    ``multiprocessing.Value``) is advanced by the workers as they read, for the progress bar."""
+    ``multiprocessing.Value``) is advanced by the workers as they read, for the progress bar.
+    ``make(group_index, items, resources, work_dir)`` makes a group (a module-level function:
+    it is pickled to the workers): :func:`make_group`, or `bert-data tokenize`'s writer."""
     if config.num_workers == 1:
         resources = build_resources(config)
         resources.bytes_read = bytes_read
         for group_index, items in groups:
-            yield make_group(group_index, items, resources, work_dir)
+            yield make(group_index, items, resources, work_dir)
         return
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
@@ -113,7 +118,7 @@ def run_groups(
     context = worker_context()
     with ProcessPoolExecutor(
         max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
-        initargs=(config, os.getpid(), bytes_read),
+        initargs=(config, os.getpid(), bytes_read, make),
     ) as pool:
         pending: deque = deque()  # (group index, future), in group order
         workers: Dict[int, object] = {}  # every worker process started, kept to tell how one died

@@ -30,6 +30,7 @@ from typing import Dict
 from ..config import Config
 from ..errors import ConfigError
 from ..group import document_separator_id
+from ..token_cache import check_cache
 from ..output.object_store import check_remote_writable
 
 log = logging.getLogger("bert_data")
@@ -61,6 +62,10 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
         check_spacy_model(config.spacy_model)
     if config.runner == "dask" and config.scheduler_file:
         scheduler_address_in(config.scheduler_file)
+    if config.from_tokens:  # the cache's vocabulary, casing, segmenter, plan flags and files (one line each)
+        from ..format.manifest import file_sha256
+
+        check_cache(config, file_sha256(config.vocab_file), segmenter_identity(config))
     if "://" not in config.output_dir:
         check_writable(config.output_dir)
     else:
@@ -185,24 +190,32 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     )
 
 
-def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, str]:
-    """Everything besides the settings that determines the output bytes: a resumed run must see
-    the same, or it would mix two corpora (or two vocabularies) in one output."""
+def _package_version(package: str) -> str:
     from importlib import metadata as package_metadata
 
-    from .. import __version__
-    from ..format.manifest import file_sha256
+    try:
+        return package_metadata.version(package)
+    except package_metadata.PackageNotFoundError:
+        return "not installed"
 
-    def version(package: str) -> str:
-        try:
-            return package_metadata.version(package)
-        except package_metadata.PackageNotFoundError:
-            return "not installed"
 
-    segmenter = "lines" if config.lines_are_sentences else (
+def segmenter_identity(config: Config) -> str:
+    """Which sentence segmenter (and version) a run uses: recorded, and compared by --resume and --from_tokens."""
+    version = _package_version
+    return "lines" if config.lines_are_sentences else (
         f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
         + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
     )
+
+
+def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, str]:
+    """Everything besides the settings that determines the output bytes: a resumed run must see
+    the same, or it would mix two corpora (or two vocabularies) in one output."""
+    from .. import __version__
+    from ..format.manifest import file_sha256
+
+    version = _package_version
+    segmenter = segmenter_identity(config)
     return {
         "metadata_sha256": summary.metadata_sha256,
         # every listed document's size and modification time (identity.DocumentsDigest), and the

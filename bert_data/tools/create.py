@@ -14,6 +14,7 @@ import time
 from typing import Any, Dict, NoReturn, Optional, Sequence
 
 from ..config import COMPRESSIONS, Config
+from ..format.containers import OUTPUT_FORMATS
 from ..documents import INPUT_FORMATS
 from ..errors import BertDataError, print_error
 from ..presets import build_config, effective_yaml, preset_names
@@ -151,12 +152,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     _flag(out, "num_output_files", f"number of shards (default {d.num_output_files})", type=int)
     _flag(out, "name", f"shard file prefix: NAME-1.tfrecords ... (default {d.name})")
     _flag(out, "compression", f"shard compression (default {d.compression})", choices=COMPRESSIONS)
+    _flag(out, "output_format", "tfrecord (padded tf.train.Examples), parquet (NAME-N.parquet: unpadded columns for "
+          "datasets/pyarrow), mds (MosaicML streaming: NAME-N.PIECE.mds + index.json) or hdf5 (with --packing: "
+          "NVIDIA's MLPerf packed samples, NAME-N.hdf5); see docs/recipes.md "
+          f"(default {d.output_format})", choices=OUTPUT_FORMATS)
     _bool_flag(out, "overwrite", "replace a previous run's output in --output_dir")
     _flag(out, "validation_fraction", "split documents (by a seeded hash of their metadata entry) into "
           "OUTPUT_DIR/train and OUTPUT_DIR/validation before any instance is made", type=float)
     _flag(out, "validation_metadata_files", "metadata file(s) of the validation documents: writes "
           "OUTPUT_DIR/train and OUTPUT_DIR/validation (listed documents are kept out of train)", nargs="+")
     _bool_flag(out, "resume", "continue an interrupted run in --output_dir (same settings); output is byte-identical")
+    _flag(io, "from_tokens", "a token cache made by `bert-data tokenize` from these inputs: its groups' tokens are read "
+          "instead of reading, segmenting and tokenizing the text; byte-identical output (docs/performance.md)")
 
     run = parser.add_argument_group("execution")
     _flag(run, "num_workers", "worker processes (default: usable cores)", type=int)

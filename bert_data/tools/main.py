@@ -1,7 +1,7 @@
-"""``bert-data``: one command in front of the five tools.
+"""``bert-data``: one command in front of the six tools.
 
-``bert-data create|google|inspect|split|vocab [ARGS]`` runs ``create_tfrecords``,
-``create_pretraining_data``, ``inspect_tfrecords``, ``split_metadata`` or ``build_vocab`` with
+``bert-data create|google|inspect|split|vocab|tokenize [ARGS]`` runs ``create_tfrecords``,
+``create_pretraining_data``, ``inspect_tfrecords``, ``split_metadata``, ``build_vocab`` or ``tokenize`` with
 ``ARGS`` (each tool's own ``main(argv)``; the old command names stay). Their exit status passes through unchanged: 0 ok, 1 (inspect) bad
 records, 2 usage or input errors, 130 interrupted. ``bert-data --version`` prints
 ``bert_data VERSION``; ``bert-data --help`` lists the commands. What the tools share on a
@@ -26,6 +26,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "inspect": ("inspect", "inspect_tfrecords", "print records as text, or check them all and report statistics (--stats)"),
     "split": ("split", "split_metadata", "split metadata files into train and validation by a seeded hash"),
     "vocab": ("vocab", "build_vocab", "train a WordPiece vocab.txt on the documents of metadata files"),
+    "tokenize": ("tokenize", "tokenize", "read, segment and tokenize the corpus once into a token cache (create --from_tokens)"),
 }
 
 

@@ -8,7 +8,11 @@
   shuffling per epoch, resumable mid-epoch;
 * :func:`collate` (:mod:`bert_data.torch.tensors`): stacks single records into a batch trimmed to
   its longest real row;
-* :class:`DynamicMaskingOptions`: the masking settings, shared with the tf.data reader.
+* :class:`DynamicMaskingOptions`: the masking settings, shared with the tf.data reader;
+* packed rows (``--packing``) give ``position_ids``, ``sequence_ids`` (each token's instance) and
+  per-instance ``next_sentence_positions``/``next_sentence_labels`` besides;
+  :func:`packed_attention_mask` turns ``sequence_ids`` into the block-diagonal 4-D mask
+  (``docs/packing.md``, "PyTorch").
 
 Records are read by bert_data's own TFRecord decoder (:mod:`bert_data.format.batch_decode`):
 TensorFlow is never imported. Recipes (Hugging Face Trainer, a plain loop, DDP, resuming):
@@ -24,6 +28,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..reader.dynamic_masking import DynamicMaskingOptions
 from .dataset import PretrainingDataset
-from .tensors import IGNORE_INDEX, collate
+from .tensors import IGNORE_INDEX, collate, packed_attention_mask
 
-__all__ = ["PretrainingDataset", "collate", "DynamicMaskingOptions", "IGNORE_INDEX"]
+__all__ = ["PretrainingDataset", "collate", "DynamicMaskingOptions", "IGNORE_INDEX", "packed_attention_mask"]

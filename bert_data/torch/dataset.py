@@ -81,11 +81,15 @@ class PretrainingDataset(IterableDataset):
 
     ``files``: an output directory of ``create_tfrecords``/``create_pretraining_data`` (exactly
     the files its manifest lists), a glob, a comma-separated list of globs or a list of them;
-    local files, plain or GZIP. Every layout bert_data writes: NSP and SOP records give
+    local files or URLs (``file://``, ``s3://``, ``gs://``, ``memory://``, ...: fsspec), plain or
+    GZIP. Every layout bert_data writes: NSP and SOP records give
     ``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels`` and
     ``next_sentence_label``; MLM-only records the same without ``next_sentence_label``
     (``token_type_ids`` zeros); unmasked records (``--disable_masking --unmasked_format ids``)
-    are masked here, by the writer's rules, with ``masking=DynamicMaskingOptions(vocab_file=...)``.
+    are masked here, by the writer's rules, with ``masking=DynamicMaskingOptions(vocab_file=...)``;
+    packed rows (``--packing``) give ``position_ids``, ``sequence_ids`` (each token's instance)
+    and, for NSP/SOP, ``next_sentence_positions`` and ``next_sentence_labels`` per instance slot
+    besides (:mod:`bert_data.torch.tensors`; the 4-D mask: :func:`~bert_data.torch.packed_attention_mask`).
 
     ``layout``, ``max_seq_length`` and ``max_predictions_per_seq`` default to what the files'
     ``data_params.json`` says (else their first record); given, they must agree with it.
@@ -126,8 +130,8 @@ class PretrainingDataset(IterableDataset):
         source = self.source
         self._reader = SegmentReader(source.files, source.counts, source.listed_in,
                                      layout_features(source.layout, source.max_seq_length,
-                                                     source.max_predictions_per_seq),
-                                     source.layout, source.max_predictions_per_seq)
+                                                     source.max_predictions_per_seq, source.sequences_per_pack),
+                                     source.layout, source.max_predictions_per_seq, source.sequences_per_pack)
         self._control = torch.zeros(5, dtype=torch.int64).share_memory_()
         self._control[_RESUME_EPOCH] = -1
 
@@ -284,7 +288,7 @@ class PretrainingDataset(IterableDataset):
     def _hf(self, chunk: Chunk, base: int) -> Dict[str, np.ndarray]:
         if self.masker is not None:
             chunk = self.masker(chunk, record_keys(base, chunk["file"], chunk["record"]))
-        return hf_arrays(chunk, self.source.files)
+        return hf_arrays(chunk, self.source.files, self.source.layout)
 
     def _chunks(self, epoch: int, worker: int, workers: int) -> Iterator[Chunk]:
         """This reader's records of the epoch, decoded, in its (shuffled) order."""

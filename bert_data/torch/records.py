@@ -30,7 +30,9 @@ from ..errors import RecordFormatError
 from ..format.batch_decode import RecordBatch, decode_examples, iter_record_batches
 from ..format.checks import structure_problem
 from ..format.example_wire import parse_example
+from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from .plan import Segment
+from .sources import opener_for
 
 __all__ = ["Chunk", "SegmentReader", "concat_chunks", "take_rows"]
 
@@ -42,7 +44,8 @@ class SegmentReader:
     """Reads runs of records of the dataset's files into :data:`Chunk` s of one layout."""
 
     def __init__(self, files: Sequence[str], counts: Sequence[int], listed_in: Sequence[str],
-                 features: Sequence[Tuple[str, str, int]], layout: str, max_predictions_per_seq: int) -> None:
+                 features: Sequence[Tuple[str, str, int]], layout: str, max_predictions_per_seq: int,
+                 sequences_per_pack: int = 0) -> None:
         self.files = list(files)
         self.counts = list(counts)
         self.listed_in = list(listed_in)
@@ -50,11 +53,12 @@ class SegmentReader:
         self.layout = layout
         self.seq = dict((name, k) for name, _, k in features)["input_ids"]
         self.pred = max_predictions_per_seq
+        self.pack = sequences_per_pack  # packed rows' K (0 for other layouts)
 
     def read(self, segment: Segment) -> Iterator[Chunk]:
         """The records ``[segment.start, segment.stop)`` of the segment's file, in order."""
         path = self.files[segment.file]
-        batches = iter_record_batches(path)
+        batches = iter_record_batches(path, opener=opener_for(path))
         seen = 0
         try:
             for batch in batches:
@@ -111,11 +115,13 @@ class SegmentReader:
             example = parse_example(batch.payload(index))
         except RecordFormatError as exc:
             raise RecordFormatError(f"{where}: {exc}") from None
-        problem = structure_problem(example, self.seq, self.pred, self.layout)
+        problem = structure_problem(example, self.seq, self.pred, self.layout,
+                                    self.pack or DEFAULT_SEQUENCES_PER_PACK)
         if problem:
             raise RecordFormatError(
                 f"{where} is not a {self.layout} record of max_seq_length {self.seq}"
                 + (f" and max_predictions_per_seq {self.pred}" if "masked_lm_ids" in example or self.pred else "")
+                + (f" and max_sequences_per_pack {self.pack}" if self.pack else "")
                 + f": {problem} (records of another run or layout? give the matching layout and lengths)"
             )
         for name, _, _ in self.features:

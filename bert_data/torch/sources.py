@@ -8,6 +8,12 @@ but not listed is named in a warning and not read; a string that is not a direct
 comma-separated list of globs, each matched in natural order; duplicates are read once; a local
 file that is not a regular file is refused (reading a FIFO could block).
 
+Paths may be URLs (``file://``, ``memory://``, ``s3://``, ``gs://``, ...: every file system of
+:mod:`bert_data.storage`, fsspec's or Beam's), with the same rules: a URL directory stands for
+the files its ``data_params.json`` lists, counts checked as they are read. DataLoader workers
+open their files themselves (a ``memory://`` file system is per process: it reaches workers
+that are forked, not spawned ones).
+
 What is new here is that the record count of every file is needed before reading starts: the
 exactly-once split (:mod:`bert_data.torch.plan`) cuts the epoch's records, not its files. A file
 a manifest lists has its listed count (checked while it is read); any other file is counted
@@ -26,18 +32,19 @@ import glob
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..errors import ConfigError, RecordFormatError, plural
+from .. import storage
+from ..errors import BertDataError, ConfigError, RecordFormatError, plural
 from ..format.batch_decode import iter_record_batches
 from ..format.checks import is_masked, layout_from_names
 from ..format.example_wire import parse_example
 from ..format.manifest import (
     Manifest, directory_reads, listed_count, load_file_manifest, load_manifest, manifest_layout, manifest_separator,
-    named_output_manifests,
+    named_output_manifests, refuse_other_format, sequences_per_pack,
 )
-from ..format.schema import SCHEMAS
-from ..format.tfrecord import iter_records
+from ..format.packed import is_packed
+from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, feature_length
 from ..output.naming import natural_key, shard_glob
 from ..storage import is_remote, require_regular_file
 
@@ -46,7 +53,7 @@ log = logging.getLogger("bert_data")
 __all__ = ["FilePattern", "RecordFiles", "resolve", "count_records"]
 
 FilePattern = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
-LAYOUTS = ("nsp", "sop", "mlm_only", "unmasked")
+LAYOUTS = ("nsp", "sop", "mlm_only", "unmasked", "nsp_packed", "sop_packed", "mlm_only_packed")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class RecordFiles:
     max_seq_length: int
     max_predictions_per_seq: int  # masked_lm_* slots; for unmasked records, the dynamic masking's (0: unknown)
     separator_tokens: Tuple[str, ...]  # the runs' --document_separator_token (never masked)
+    sequences_per_pack: int = 0  # packed rows (--packing): max_sequences_per_pack; 0 for other layouts
 
     @property
     def total(self) -> int:
@@ -69,27 +77,45 @@ class RecordFiles:
 def _patterns(file_pattern: FilePattern) -> List[str]:
     if isinstance(file_pattern, (str, os.PathLike)):
         text = os.fspath(file_pattern)
-        patterns = [text] if os.path.isdir(text) else [p for p in text.split(",") if p.strip()]
+        patterns = [text] if storage.isdir(text) else [p for p in text.split(",") if p.strip()]
     else:
         patterns = [os.fspath(p) for p in file_pattern]
     if not patterns:
         raise ConfigError(f"no TFRecord files: empty file pattern {file_pattern!r}")
-    for pattern in patterns:
-        if is_remote(pattern.strip()):
-            raise ConfigError(
-                f"{pattern.strip()}: bert_data.torch reads local files; copy the output directory to local disk "
-                "(or read it with bert_data.pretraining_dataset, which reads URLs through tf.io.gfile)"
-            )
     return [p.strip() for p in patterns]
 
 
+def opener_for(path: str) -> Optional[Callable[[str], BinaryIO]]:
+    """How to open a record file: None (the OS) for a local path, the storage layer for a URL."""
+    return storage.open_read if is_remote(path) else None
+
+
+def _url_text(path: str) -> str:
+    """:func:`~bert_data.format.manifest.load_manifest`'s reader for a URL (fsspec, or Beam)."""
+    if not storage.exists(path):
+        raise FileNotFoundError(path)
+    try:
+        return storage.read_bytes(path).decode("utf-8")
+    except BertDataError:
+        raise
+    except Exception as exc:  # fsspec/botocore/Beam errors are not all OSErrors: "cannot be read"
+        raise OSError(str(exc)) from None
+
+
 class _Manifests:
-    """The manifests of each directory, read once (many files of one directory share them)."""
+    """The manifests of each directory, read once (many files of one directory share them). A
+    URL's is its ``data_params.json``: the hidden manifests of BERT-named files are local only,
+    as ``create_pretraining_data`` writes only local files."""
 
     def __init__(self) -> None:
         self.read: Dict[str, Tuple[Optional[Manifest], List[Tuple[str, Any]]]] = {}
 
     def of_directory(self, directory: str) -> Tuple[Optional[Manifest], List[Tuple[str, Any]]]:
+        if is_remote(directory):
+            key = directory.rstrip("/")
+            if key not in self.read:
+                self.read[key] = (load_manifest(key, read_text=_url_text), [])
+            return self.read[key]
         key = os.path.abspath(directory)
         if key not in self.read:
             manifest = load_manifest(directory)
@@ -97,16 +123,28 @@ class _Manifests:
         return self.read[key]
 
     def of_file(self, path: str) -> Optional[Manifest]:
+        if is_remote(path):
+            return self.of_directory(storage.parent(path))[0]
         manifest, named = self.of_directory(os.path.dirname(os.path.abspath(path)))
         return load_file_manifest(path, manifest, named)
+
+
+def _glob(pattern: str) -> List[str]:
+    """The files (not directories) a glob matches, local or URL, in natural order."""
+    if is_remote(pattern):
+        return sorted(storage.listing(pattern), key=natural_key)
+    return sorted((p for p in glob.glob(pattern) if not os.path.isdir(p)), key=natural_key)
 
 
 def _directory_files(directory: str, manifests: _Manifests) -> List[str]:
     """The files an output directory stands for (see the module docstring)."""
     manifest, named = manifests.of_directory(directory)
-    shard_like = sorted((p for p in glob.glob(os.path.join(glob.escape(directory), shard_glob()))
-                         if not os.path.isdir(p)), key=natural_key)
-    files, warning = directory_reads(directory, manifest, named, shard_like)
+    remote = is_remote(directory)
+    if remote:
+        directory = directory.rstrip("/")
+    shard_like = _glob(storage.join(directory, shard_glob()) if remote
+                       else os.path.join(glob.escape(directory), shard_glob()))
+    files, warning = directory_reads(directory, manifest, named, shard_like, storage.exists)
     if warning:
         log.warning("%s", warning)
     return files
@@ -118,24 +156,25 @@ def _matches(file_pattern: FilePattern) -> List[Tuple[str, Optional[Manifest]]]:
     found: List[Tuple[str, Optional[Manifest]]] = []
     seen = set()
     for pattern in _patterns(file_pattern):
-        if os.path.isdir(pattern):
+        if storage.isdir(pattern):
             paths = _directory_files(pattern, manifests)
         else:
-            paths = sorted((m for m in glob.glob(pattern) if not os.path.isdir(m)), key=natural_key)
+            paths = _glob(pattern)
             if not paths:
                 raise RecordFormatError(f"no TFRecord files match {pattern!r}")
         for path in paths:
             if path in seen:
                 continue
             seen.add(path)
-            require_regular_file(path, RecordFormatError)
+            if not is_remote(path) or path.startswith("file://"):  # a FIFO could block the reader
+                require_regular_file(storage.local_path_of(path), RecordFormatError)
             found.append((path, manifests.of_file(path)))
     return found
 
 
 def count_records(path: str) -> int:
     """The records of a TFRecord file (plain or GZIP), every frame's CRCs checked."""
-    return sum(len(batch) for batch in iter_record_batches(path))
+    return sum(len(batch) for batch in iter_record_batches(path, opener=opener_for(path)))
 
 
 def _counts(matches: Sequence[Tuple[str, Optional[Manifest]]]) -> Tuple[List[int], List[str]]:
@@ -174,13 +213,18 @@ def _one(values: Sequence[Tuple[str, object]], what: str) -> Optional[object]:
     return values[0][1] if values else None
 
 
+def _record_layout(layout: str) -> str:
+    """NSP and SOP records (packed or not) have one record layout: the same features."""
+    return {"sop": "nsp", "sop_packed": "nsp_packed"}.get(layout, layout)
+
+
 def _layout(manifests: Sequence[Manifest], wanted: Optional[str]) -> Optional[str]:
     found = [(m.path, _manifest_layout(m)) for m in manifests]
-    same = [(path, "nsp" if layout == "sop" else layout) for path, layout in found]  # one record layout
+    same = [(path, _record_layout(layout)) for path, layout in found]
     _one(same, "record layout")
     if wanted is not None:
         for path, layout in found:
-            if layout != wanted and {layout, wanted} != {"nsp", "sop"}:
+            if layout != wanted and _record_layout(layout) != _record_layout(wanted):
                 raise RecordFormatError(
                     f"{path} says the records have the {layout!r} layout, but layout={wanted!r} was asked for; "
                     f"pass layout={layout!r} (or leave it out)"
@@ -204,8 +248,9 @@ def _size(manifests: Sequence[Manifest], name: str, wanted: Optional[int]) -> Op
 
 def _first_record(files: Sequence[str]) -> Optional[Tuple[str, dict]]:
     for path in files:
-        for payload in iter_records(path):
-            return path, parse_example(payload)
+        for batch in iter_record_batches(path, opener=opener_for(path)):
+            if len(batch):
+                return path, parse_example(batch.payload(0))
     return None
 
 
@@ -224,13 +269,35 @@ def _described_by_records(files: Sequence[str], layout: Optional[str], seq: Opti
     found = layout if layout is not None else layout_from_names(example)
     try:
         seq = seq if seq is not None else len(example["input_ids"])
-        pred = pred if pred is not None or not is_masked(found) else len(example["masked_lm_positions"])
+        if pred is None and is_masked(found):  # packed rows have P + K slots
+            pred = len(example["masked_lm_positions"]) - _record_pack(found, example)
     except (KeyError, TypeError):
         raise RecordFormatError(
             f"{path}: the first record has the features {sorted(example)}, not those of a BERT pretraining record; "
             "give layout, max_seq_length and max_predictions_per_seq (or point at other records)"
         ) from None
     return found, seq, pred or 0
+
+
+def _record_pack(layout: str, example: dict) -> int:
+    """K of a packed record without a manifest: its NSP slots (MLM-only rows: the default, 3;
+    only their P + K total matters to reading them)."""
+    if not is_packed(layout):
+        return 0
+    return len(example["next_sentence_positions"]) if "next_sentence_positions" in example \
+        else DEFAULT_SEQUENCES_PER_PACK
+
+
+def _sequences_per_pack(manifests: Sequence[Manifest], files: Sequence[str]) -> int:
+    """K of packed rows: the manifests' ``max_sequences_per_pack`` (one value), else the first
+    record's NSP slots."""
+    values = [(m.path, sequences_per_pack(m.data)) for m in manifests]
+    found = _one(values, "max_sequences_per_pack")
+    if found is not None:
+        return int(found)  # type: ignore[call-overload]
+    first = _first_record(files)
+    return _record_pack("nsp_packed", first[1]) if first is not None and "next_sentence_positions" in first[1] \
+        else DEFAULT_SEQUENCES_PER_PACK
 
 
 def resolve(file_pattern: FilePattern, layout: Optional[str] = None, max_seq_length: Optional[int] = None,
@@ -248,6 +315,8 @@ def resolve(file_pattern: FilePattern, layout: Optional[str] = None, max_seq_len
         if manifest is not None and all(m.path != manifest.path for m in manifests):
             manifests.append(manifest)
     files = [path for path, _ in matches]
+    for manifest in manifests:  # files named by a glob too: never read another format as TFRecords
+        refuse_other_format(manifest.directory, manifest)
     found = _layout(manifests, layout)
     seq = _size(manifests, "max_seq_length", max_seq_length)
     if found == "unmasked":  # no masked_lm_* on disk: the number is the dynamic masking's, any value will do
@@ -257,18 +326,21 @@ def resolve(file_pattern: FilePattern, layout: Optional[str] = None, max_seq_len
         pred = _size(manifests, "max_predictions_per_seq", max_predictions_per_seq)
     if found is None or seq is None or (pred is None and is_masked(found)):
         found, seq, pred = _described_by_records(files, found, seq, pred)
-    if found not in LAYOUTS:  # e.g. packed rows (--packing): several instances a row, other features
+    if found not in LAYOUTS:
         raise RecordFormatError(
-            f"{files[0]}: the records have the {found!r} layout; bert_data.torch reads the layouts "
-            f"{', '.join(LAYOUTS)} (write the data without --packing to read it here)"
+            f"{files[0]}: the records have the {found!r} layout; bert_data.torch reads the layouts {', '.join(LAYOUTS)}"
         )
+    pack = _sequences_per_pack(manifests, files) if is_packed(found) else 0
     counts, listed_in = _counts(matches)
     separators = tuple(sorted({t for t in (manifest_separator(m).token for m in manifests) if t}))
-    return RecordFiles(tuple(files), tuple(counts), tuple(listed_in), found, seq, pred or 0, separators)
+    return RecordFiles(tuple(files), tuple(counts), tuple(listed_in), found, seq, pred or 0, separators, pack)
 
 
-def layout_features(layout: str, max_seq_length: int, max_predictions_per_seq: int) -> List[Tuple[str, str, int]]:
+def layout_features(layout: str, max_seq_length: int, max_predictions_per_seq: int,
+                    sequences_per_pack: int = DEFAULT_SEQUENCES_PER_PACK) -> List[Tuple[str, str, int]]:
     """``(name, dtype, length)`` of the layout's features in the order records are written (what
-    :func:`~bert_data.format.batch_decode.decode_examples` takes)."""
-    lengths = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq, "one": 1}
-    return [(f.name, f.dtype, lengths[f.length]) for f in SCHEMAS[layout]]
+    :func:`~bert_data.format.batch_decode.decode_examples` takes); packed rows have
+    ``max_predictions_per_seq + sequences_per_pack`` prediction slots and ``sequences_per_pack``
+    NSP slots."""
+    return [(f.name, f.dtype, feature_length(f, max_seq_length, max_predictions_per_seq, sequences_per_pack))
+            for f in SCHEMAS[layout]]

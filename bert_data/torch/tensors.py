@@ -9,6 +9,25 @@
 * ``next_sentence_label``: ``next_sentence_labels[0]`` (NSP: 1 = B is random; SOP: 1 = swapped),
   NSP/SOP records only.
 
+Packed rows (``--packing``, docs/packing.md: up to K instances a row) give, per row:
+
+* ``input_ids``, ``token_type_ids`` (zeros for MLM-only rows) and ``labels`` as above, the labels
+  of every instance of the row in the one dense row (each at its token);
+* ``position_ids``: the ``positions`` feature (0 at each instance's ``[CLS]``): pass it to the model;
+* ``sequence_ids``: each token's instance in the row, 1..k, 0 on padding (the ``input_mask`` on
+  disk); what keeps the instances apart: :func:`packed_attention_mask` builds the block-diagonal
+  4-D mask from it;
+* ``attention_mask``: the 2-D 0/1 padding mask (``sequence_ids > 0``), the mask to trim by; a
+  model fed only this mask lets the instances of a row attend to each other;
+* ``next_sentence_positions`` (NSP/SOP rows, K slots): where each instance's ``[CLS]`` is, for
+  the pooler and the NSP/SOP head (0 on empty slots); ``next_sentence_labels``: each
+  instance's label, -100 on empty slots (``next_sentence_weights`` 0 on disk), so that
+  ``cross_entropy(..., ignore_index=-100)`` over the K slots counts the instances only.
+
+Every packed row is checked with the row invariants of :func:`bert_data.format.packed.row_checks`
+(instances contiguous and in order, positions restarting at each ``[CLS]``, each prediction a
+token of the instance its weight names, ...): a row that breaks one is an error naming it.
+
 :func:`hf_arrays` checks what a dense label needs and the writer guarantees: weights are 0 or 1
 (Hugging Face's loss has no per-position weight) and a weighted position lies inside the real
 tokens. A record that breaks either is an error naming it, not a quietly different loss.
@@ -28,28 +47,27 @@ import numpy as np
 import torch
 
 from ..errors import RecordFormatError
+from ..format.packed import is_packed, row_checks
 
-__all__ = ["SEQUENCE_KEYS", "IGNORE_INDEX", "RecordView", "hf_arrays", "to_tensors", "trim", "collate"]
+__all__ = ["SEQUENCE_KEYS", "IGNORE_INDEX", "RecordView", "hf_arrays", "to_tensors", "trim", "collate",
+           "packed_attention_mask"]
 
 IGNORE_INDEX = -100  # what torch.nn.CrossEntropyLoss (and Hugging Face) leave out of the loss
-SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "position_ids", "sequence_ids")
 
 
 def _where(chunk: Mapping[str, np.ndarray], files: Sequence[str], row: int) -> str:
     return f"{files[int(chunk['file'][row])]}: record {int(chunk['record'][row])}"
 
 
-def hf_arrays(chunk: Mapping[str, np.ndarray], files: Sequence[str]) -> Dict[str, np.ndarray]:
-    """The Hugging Face features of a chunk of decoded (and, for unmasked records, masked) rows."""
-    input_ids = chunk["input_ids"]
-    n, length = input_ids.shape
+def hf_arrays(chunk: Mapping[str, np.ndarray], files: Sequence[str], layout: str = "") -> Dict[str, np.ndarray]:
+    """The Hugging Face features of a chunk of decoded (and, for unmasked records, masked) rows
+    of ``layout`` (packed rows: :func:`packed_arrays`)."""
+    if is_packed(layout):
+        return packed_arrays(chunk, files, layout)
     input_mask = chunk["input_mask"]
-    out = {
-        "input_ids": input_ids.astype(np.int64),
-        "attention_mask": input_mask.astype(np.int64),
-        "token_type_ids": chunk["segment_ids"].astype(np.int64) if "segment_ids" in chunk
-        else np.zeros((n, length), np.int64),
-    }
+    out = _common(chunk)
+    out["attention_mask"] = input_mask.astype(np.int64)
     weights = chunk["masked_lm_weights"]
     used = weights != 0
     if not ((weights == 0) | (weights == 1)).all():
@@ -64,12 +82,60 @@ def hf_arrays(chunk: Mapping[str, np.ndarray], files: Sequence[str]) -> Dict[str
         row = int(rows[np.flatnonzero(bad)[0]])
         raise RecordFormatError(f"{_where(chunk, files, row)}: a masked_lm_position outside the real tokens "
                                 f"(position {int(positions[np.flatnonzero(bad)[0]])}, {int(real[row])} real tokens)")
-    labels = np.full((n, length), IGNORE_INDEX, np.int64)
-    labels[rows, positions] = chunk["masked_lm_ids"][rows, slots]
-    out["labels"] = labels
+    out["labels"] = _dense_labels(chunk, rows, slots, positions)
     if "next_sentence_labels" in chunk:
         out["next_sentence_label"] = chunk["next_sentence_labels"][:, 0].astype(np.int64)
     return out
+
+
+def _common(chunk: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """``input_ids`` and ``token_type_ids`` (zeros without ``segment_ids``), int64."""
+    input_ids = chunk["input_ids"]
+    segments = chunk["segment_ids"].astype(np.int64) if "segment_ids" in chunk else np.zeros(input_ids.shape, np.int64)
+    return {"input_ids": input_ids.astype(np.int64), "token_type_ids": segments}
+
+
+def _dense_labels(chunk: Mapping[str, np.ndarray], rows: np.ndarray, slots: np.ndarray,
+                  positions: np.ndarray) -> np.ndarray:
+    """-100 everywhere but at ``(rows, positions)``, which get ``masked_lm_ids[rows, slots]``."""
+    labels = np.full(chunk["input_ids"].shape, IGNORE_INDEX, np.int64)
+    labels[rows, positions] = chunk["masked_lm_ids"][rows, slots]
+    return labels
+
+
+def packed_arrays(chunk: Mapping[str, np.ndarray], files: Sequence[str], layout: str) -> Dict[str, np.ndarray]:
+    """The features of packed rows (the module docstring), every row checked first."""
+    for bad, message in row_checks(chunk, layout):
+        if bad.any():
+            raise RecordFormatError(f"{_where(chunk, files, int(np.flatnonzero(bad)[0]))}: not a valid {layout} row: "
+                                    f"{message} (a damaged record, or not a row bert_data wrote)")
+    sequence_ids = chunk["input_mask"].astype(np.int64)
+    out = _common(chunk)
+    out.update(attention_mask=(sequence_ids > 0).astype(np.int64), sequence_ids=sequence_ids,
+               position_ids=chunk["positions"].astype(np.int64))
+    rows, slots = np.nonzero(chunk["masked_lm_weights"])
+    out["labels"] = _dense_labels(chunk, rows, slots, chunk["masked_lm_positions"][rows, slots].astype(np.int64))
+    if "next_sentence_labels" in chunk:
+        used = chunk["next_sentence_weights"] > 0
+        out["next_sentence_positions"] = chunk["next_sentence_positions"].astype(np.int64)
+        out["next_sentence_labels"] = np.where(used, chunk["next_sentence_labels"], IGNORE_INDEX).astype(np.int64)
+    return out
+
+
+def packed_attention_mask(sequence_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[batch, L]`` ``sequence_ids`` of packed rows -> the ``[batch, 1, L, L]`` block-diagonal
+    *additive* attention mask Hugging Face's ``BertModel`` takes as is: 0.0 where query and key
+    tokens belong to the same instance, the most negative ``dtype`` value elsewhere and on
+    padding (the rule of :func:`bert_data.reader.packed.packed_attention_mask_numpy`, on the
+    tensor's device). With it, ``position_ids`` and the ``[CLS]`` of each instance at
+    ``next_sentence_positions``, each instance of a row gets the outputs it would get alone
+    (``tests/test_torch_packed.py`` checks the losses to 1e-5). Use the model's eager attention
+    (``attn_implementation="eager"`` or ``"sdpa"``); kernels that take only a 2-D mask
+    (flash attention) need ``cu_seqlens`` instead."""
+    s = sequence_ids
+    same = (s[:, :, None] == s[:, None, :]) & (s[:, :, None] > 0)
+    blocked = torch.zeros(same.shape, dtype=dtype, device=s.device).masked_fill_(~same, torch.finfo(dtype).min)
+    return blocked[:, None]
 
 
 def trim(arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:

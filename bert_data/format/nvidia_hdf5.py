@@ -1,0 +1,327 @@
+"""NVIDIA's MLPerf packed HDF5 layout: packed rows (``--packing``) as the files NVIDIA's BERT
+PyTorch trainer reads with ``--packed_samples``.
+
+Source (mlcommons/training_results_v3.1, ``NVIDIA/benchmarks/bert/implementations/pytorch/``):
+the files are written by ``input_preprocessing/packed_data/create_packed_trainset.py``
+(``create_assignment``) and read by ``run_pretraining.py``'s ``pretraining_dataset``. One HDF5
+file per shard, seven one-dimensional datasets of ``n`` samples, each sample a variable-length
+array (``h5py.vlen_dtype``), no compression:
+
+============================  ======  ==========================================================
+dataset                        dtype   one sample (a row of up to 3 instances, back to back)
+============================  ======  ==========================================================
+``input_ids``                  int16   the real tokens of every instance, no padding
+``segment_ids``                int8    their segment ids
+``packed_input_len``           int16   each instance's number of tokens (sums to the above)
+``masked_lm_positions``        int16   the row offsets of the predictions, instance after instance
+``masked_lm_ids``              int16   their original ids
+``packed_masked_lm_len``       int16   each instance's number of predictions
+``next_sentence_labels``       int8    each instance's label (1 = B is random; SOP: swapped)
+============================  ======  ==========================================================
+
+The reader pads ``input_ids``/``segment_ids`` to ``max_seq_length`` (``input_mask`` 1 on the
+real tokens), scatters ``masked_lm_ids`` into a dense ``masked_lm_labels`` at
+``masked_lm_positions`` (0 = no prediction: its loss has ``ignore_index=0``), and pads
+``next_sentence_labels`` and ``packed_input_len`` to exactly 3 slots, from which its trainer
+finds the instances (each ``[CLS]`` at the cumulative offsets).
+
+What the layout cannot hold is an error, never a quietly different file
+(:class:`NvidiaLayoutError`, one line): more than 3 instances a row (the reader's fixed 3
+slots), token ids or positions past int16 (a vocabulary over 32,768 entries, ``max_seq_length``
+over 32,767), a prediction of id 0 (the loss would skip it), MLM-only rows (the layout has NSP
+labels and NVIDIA's loss uses them), and rows that break the packed-row invariants
+(:func:`bert_data.format.packed.row_checks`).
+
+:func:`nvidia_samples` is the pure conversion (a batch of rows as the packer yields them ->
+the per-sample arrays); :func:`nvidia_hdf5_bytes` makes a whole file with h5py, byte for byte the
+same for the same samples (no timestamps: ``track_times=False``; no compression, as NVIDIA's),
+and :func:`write_nvidia_hdf5` publishes it atomically at a path or URL.
+``tests/test_nvidia_hdf5.py`` reads the files back with NVIDIA's reading logic.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import IO, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import BertDataError
+from ..storage import write_bytes
+from .packed import row_checks
+
+__all__ = ["NVIDIA_DATASETS", "NVIDIA_SEQUENCES_PER_SAMPLE", "NvidiaLayoutError", "nvidia_samples",
+           "concat_samples", "NvidiaHDF5Writer", "nvidia_hdf5_bytes", "write_nvidia_hdf5", "rows_of_samples",
+           "read_samples", "read_feature_batches", "ShardFileWriter", "unsupported"]
+
+# name -> dtype of each dataset's values, as create_packed_trainset.py creates them (lines 59-65)
+NVIDIA_DATASETS: Dict[str, str] = {
+    "input_ids": "int16",
+    "segment_ids": "int8",
+    "packed_input_len": "int16",
+    "masked_lm_positions": "int16",
+    "masked_lm_ids": "int16",
+    "packed_masked_lm_len": "int16",
+    "next_sentence_labels": "int8",
+}
+NVIDIA_SEQUENCES_PER_SAMPLE = 3  # run_pretraining.py pads next_sentence_labels and packed_input_len to 3
+CHUNK_ROWS = 1024  # samples per HDF5 chunk, and per write: the writer's memory, counted in samples
+_INT16_MAX = np.iinfo(np.int16).max
+
+Samples = Dict[str, np.ndarray]  # dataset name -> (n,) object array of 1-D arrays of its dtype
+
+
+class NvidiaLayoutError(BertDataError):
+    """Packed rows that NVIDIA's HDF5 layout cannot hold as they are (exit 2)."""
+
+
+def _check_rows(rows: Mapping[str, np.ndarray]) -> None:
+    """Raise :class:`NvidiaLayoutError` for rows the layout cannot hold (the module docstring)."""
+    if "next_sentence_labels" not in rows or "segment_ids" not in rows:
+        raise NvidiaLayoutError(unsupported("mlm_only_packed"))
+    layout = "nsp_packed"  # SOP rows have the same features and invariants
+    for bad, message in row_checks(rows, layout):
+        if bad.any():
+            raise NvidiaLayoutError(f"packed row {int(np.flatnonzero(bad)[0])}: {message}")
+    mask = np.asarray(rows["input_mask"])
+    depth = int(mask.max(initial=0))
+    if depth > NVIDIA_SEQUENCES_PER_SAMPLE:
+        raise NvidiaLayoutError(
+            f"a row holds {depth} instances, but NVIDIA's reader has {NVIDIA_SEQUENCES_PER_SAMPLE} slots per sample: "
+            f"use --max_sequences_per_pack {NVIDIA_SEQUENCES_PER_SAMPLE} (or fewer) with --output_format hdf5"
+        )
+    if mask.shape[1] > _INT16_MAX + 1:
+        raise NvidiaLayoutError(f"--max_seq_length {mask.shape[1]} is past NVIDIA's int16 positions (at most 32768)")
+    real = mask > 0
+    ids = np.asarray(rows["input_ids"])
+    if (ids[real] > _INT16_MAX).any():
+        raise NvidiaLayoutError(
+            f"token id {int(ids[real].max())} does not fit NVIDIA's int16 input_ids: the vocabulary (--vocab_file) must "
+            "have at most 32768 entries for --output_format hdf5"
+        )
+    segments = np.asarray(rows["segment_ids"])[real]
+    if ((segments != 0) & (segments != 1)).any():
+        raise NvidiaLayoutError("segment_ids other than 0 and 1 in a packed row (not a row bert_data wrote)")
+    used = np.asarray(rows["masked_lm_weights"]) > 0
+    if (np.asarray(rows["masked_lm_ids"])[used] == 0).any():
+        raise NvidiaLayoutError(
+            "a masked-LM prediction of token id 0: NVIDIA's loss skips label 0 (ignore_index=0), so it would be lost; "
+            "id 0 must be [PAD] in --vocab_file for --output_format hdf5"
+        )
+
+
+def _ragged(values: np.ndarray, lengths: np.ndarray, dtype: str) -> np.ndarray:
+    """Rows of ``values`` cut to ``lengths`` (row ``r`` keeps its first ``lengths[r]`` values)
+    as an (n,) object array of arrays of ``dtype``."""
+    out = np.empty(len(lengths), dtype=object)
+    for r, n in enumerate(lengths.tolist()):
+        out[r] = np.ascontiguousarray(values[r, :n], dtype=dtype)
+    return out
+
+
+def nvidia_samples(rows: Mapping[str, np.ndarray]) -> Samples:
+    """A batch of packed NSP/SOP rows (the features the packer yields, or as read back:
+    ``(n, width)`` arrays) -> NVIDIA's per-sample arrays, one sample per row, in row order.
+    Raises :class:`NvidiaLayoutError` for rows the layout cannot hold (the module docstring)."""
+    _check_rows(rows)
+    mask = np.asarray(rows["input_mask"]).astype(np.int64)
+    n = len(mask)
+    depth = mask.max(axis=1) if n else np.zeros(0, np.int64)
+    k = NVIDIA_SEQUENCES_PER_SAMPLE
+    token_counts = np.stack([(mask == s).sum(axis=1) for s in range(1, k + 1)], axis=1) if n else np.zeros((0, k))
+    weights = np.asarray(rows["masked_lm_weights"]).astype(np.int64)
+    prediction_counts = np.stack([(weights == s).sum(axis=1) for s in range(1, k + 1)], axis=1) if n \
+        else np.zeros((0, k))
+    real = (mask > 0).sum(axis=1)
+    predictions = (weights > 0).sum(axis=1)
+    labels = np.asarray(rows["next_sentence_labels"])
+    padded_labels = np.zeros((n, k), labels.dtype)
+    padded_labels[:, :min(k, labels.shape[1])] = labels[:, :k]
+    return {
+        "input_ids": _ragged(np.asarray(rows["input_ids"]), real, "int16"),
+        "segment_ids": _ragged(np.asarray(rows["segment_ids"]), real, "int8"),
+        "packed_input_len": _ragged(token_counts, depth, "int16"),
+        "masked_lm_positions": _ragged(np.asarray(rows["masked_lm_positions"]), predictions, "int16"),
+        "masked_lm_ids": _ragged(np.asarray(rows["masked_lm_ids"]), predictions, "int16"),
+        "packed_masked_lm_len": _ragged(prediction_counts, depth, "int16"),
+        "next_sentence_labels": _ragged(padded_labels, depth, "int8"),
+    }
+
+
+def concat_samples(parts: Sequence[Samples]) -> Samples:
+    """The samples of several batches (:func:`nvidia_samples`), in order: one file's worth."""
+    return {name: np.concatenate([part[name] for part in parts]) if parts else np.empty(0, dtype=object)
+            for name in NVIDIA_DATASETS}
+
+
+class NvidiaHDF5Writer:
+    """One HDF5 file of NVIDIA's layout, written as samples arrive: each dataset chunked
+    (``maxshape=(None,)``, :data:`CHUNK_ROWS` samples a chunk) and grown by exactly
+    :data:`CHUNK_ROWS` samples at a time (the last write fewer), so memory is one chunk's samples
+    and the bytes depend on the samples only, never on the batches they came in. No timestamps
+    (``track_times=False``), no compression (NVIDIA's files have none), the earliest file format.
+    ``target``: a local path or a writable, seekable binary file object."""
+
+    def __init__(self, target: Union[str, IO[bytes]]) -> None:
+        import h5py
+
+        self.records = 0
+        self._pending: List[Samples] = []
+        self._pending_rows = 0
+        self._file = h5py.File(target, "w", libver="earliest", track_order=False)
+        self._datasets = {
+            name: self._file.create_dataset(name, (0,), maxshape=(None,), chunks=(CHUNK_ROWS,),
+                                            dtype=h5py.vlen_dtype(np.dtype(dtype)), track_times=False)
+            for name, dtype in NVIDIA_DATASETS.items()
+        }
+
+    def write_rows(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Append a batch of packed rows (:func:`nvidia_samples`)."""
+        self.write_samples(nvidia_samples(rows))
+
+    def write_samples(self, samples: Samples) -> None:
+        """Append samples (:func:`nvidia_samples`); every whole chunk is written."""
+        missing = sorted(set(NVIDIA_DATASETS) - set(samples))
+        if missing:
+            raise ValueError(f"samples without {', '.join(missing)}")
+        n = len(samples["input_ids"])
+        if any(len(samples[name]) != n for name in NVIDIA_DATASETS):
+            raise ValueError("samples whose datasets differ in length")
+        if n:
+            self._pending.append(samples)
+            self._pending_rows += n
+        while self._pending_rows >= CHUNK_ROWS:
+            self._flush(CHUNK_ROWS)
+
+    def _flush(self, rows: int) -> None:
+        joined = concat_samples(self._pending)
+        rest = {name: values[rows:] for name, values in joined.items()}
+        self._pending = [rest] if len(rest["input_ids"]) else []
+        self._pending_rows -= rows
+        start, stop = self.records, self.records + rows
+        for name, data in self._datasets.items():
+            values = np.empty(rows, dtype=data.dtype)
+            values[...] = joined[name][:rows]  # object to object: equal-length arrays are not stacked into 2-D
+            data.resize((stop,))
+            data.write_direct(values, dest_sel=np.s_[start:stop])
+        self.records = stop
+
+    def close(self) -> int:
+        """Write what is pending and close the file; the samples written."""
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        self._file.close()
+        return self.records
+
+    def abort(self) -> None:
+        self._file.close()
+
+
+def nvidia_hdf5_bytes(samples: Samples) -> bytes:
+    """The bytes of one HDF5 file of ``samples`` (:func:`nvidia_samples`, or several batches'
+    :func:`concat_samples`), made in memory by :class:`NvidiaHDF5Writer`."""
+    buffer = io.BytesIO()
+    writer = NvidiaHDF5Writer(buffer)
+    writer.write_samples(samples)
+    writer.close()
+    return buffer.getvalue()
+
+
+def write_nvidia_hdf5(path: str, samples: Samples) -> None:
+    """:func:`nvidia_hdf5_bytes` published whole at ``path`` (a local path or a URL), atomically."""
+    write_bytes(path, nvidia_hdf5_bytes(samples))
+
+
+# --- reading back (what the tests and inspect compare), and the container's shard writer ---------
+
+
+def rows_of_samples(samples: Samples, max_seq_length: int, row_predictions: int,
+                    sequences_per_pack: int) -> Dict[str, np.ndarray]:
+    """NVIDIA's samples -> the padded packed rows they were made from (``nsp_packed`` features:
+    ``row_predictions`` = P + K masked-LM slots, ``sequences_per_pack`` = K NSP slots): the
+    layout is lossless for the rows :func:`nvidia_samples` takes."""
+    n, L, slots, k = len(samples["input_ids"]), max_seq_length, row_predictions, sequences_per_pack
+    rows = {name: np.zeros((n, L), np.int64) for name in ("input_ids", "input_mask", "segment_ids", "positions")}
+    rows.update({name: np.zeros((n, slots), np.int64) for name in ("masked_lm_positions", "masked_lm_ids")})
+    rows["masked_lm_weights"] = np.zeros((n, slots), np.float32)
+    rows.update({name: np.zeros((n, k), np.int64) for name in ("next_sentence_positions", "next_sentence_labels")})
+    rows["next_sentence_weights"] = np.zeros((n, k), np.float32)
+    for r in range(n):
+        lens = samples["packed_input_len"][r].astype(np.int64)
+        d, real = len(lens), int(lens.sum())
+        starts = np.cumsum(lens) - lens
+        rows["input_ids"][r, :real] = samples["input_ids"][r]
+        rows["segment_ids"][r, :real] = samples["segment_ids"][r]
+        rows["input_mask"][r, :real] = np.repeat(np.arange(1, d + 1), lens)
+        rows["positions"][r, :real] = np.arange(real) - np.repeat(starts, lens)
+        predictions = len(samples["masked_lm_positions"][r])
+        rows["masked_lm_positions"][r, :predictions] = samples["masked_lm_positions"][r]
+        rows["masked_lm_ids"][r, :predictions] = samples["masked_lm_ids"][r]
+        rows["masked_lm_weights"][r, :predictions] = np.repeat(np.arange(1, d + 1),
+                                                               samples["packed_masked_lm_len"][r].astype(np.int64))
+        rows["next_sentence_positions"][r, :d] = starts
+        rows["next_sentence_labels"][r, :d] = samples["next_sentence_labels"][r]
+        rows["next_sentence_weights"][r, :d] = 1.0
+    return rows
+
+
+def read_samples(path: str) -> Samples:
+    """The samples of an HDF5 file of NVIDIA's layout, whole (as NVIDIA's reader loads them)."""
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        return {name: np.asarray(handle[name][:]) for name in NVIDIA_DATASETS}
+
+
+def read_feature_batches(path: str, spec) -> Iterator[Dict[str, np.ndarray]]:
+    """The rows of an HDF5 shard as the padded arrays the TFRecord decoding of the same rows
+    gives (``spec``: the run's :class:`~bert_data.format.columns.ShardSpec`), a chunk at a time."""
+    import h5py
+
+    lengths = {name: length for name, _, length in spec.features}
+    with h5py.File(path, "r") as handle:
+        total = len(handle["input_ids"])
+        for start in range(0, total, CHUNK_ROWS):
+            samples = {name: np.asarray(handle[name][start:start + CHUNK_ROWS]) for name in NVIDIA_DATASETS}
+            yield rows_of_samples(samples, spec.max_seq_length, lengths["masked_lm_positions"],
+                                  lengths["next_sentence_labels"])
+
+
+class ShardFileWriter:
+    """One shard's HDF5 file in ``directory`` (the ``hdf5`` container's ``open_shard``,
+    :mod:`bert_data.format.containers`): packed NSP/SOP rows in, NVIDIA's samples out."""
+
+    def __init__(self, directory: str, shard_name: str, spec) -> None:
+        if spec.layout not in HDF5_LAYOUTS:
+            raise NvidiaLayoutError(f"--output_format hdf5: {unsupported(spec.layout)}")
+        self.path = os.path.join(directory, shard_name)
+        self.name = shard_name
+        self._writer = NvidiaHDF5Writer(self.path)
+
+    def write(self, features: Mapping[str, np.ndarray]) -> None:
+        self._writer.write_rows(features)
+
+    def close(self) -> List[Tuple[str, int]]:
+        return [(self.name, self._writer.close())]
+
+    def abort(self) -> None:
+        try:
+            self._writer.abort()
+        finally:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+
+
+HDF5_LAYOUTS = ("nsp_packed", "sop_packed")  # NVIDIA's samples are packed rows with NSP (or SOP) labels
+
+
+def unsupported(layout: str) -> str:
+    """Why records of ``layout`` are not written in NVIDIA's layout ("" when they are)."""
+    if layout in HDF5_LAYOUTS:
+        return ""
+    if "mlm_only" in layout:
+        return "NVIDIA's packed HDF5 samples have NSP labels, which its loss uses: write NSP or SOP rows (drop --mlm_only)"
+    if layout in ("nsp", "sop"):
+        return "NVIDIA's packed HDF5 samples are packed rows: add --packing (--max_sequences_per_pack 3 or fewer)"
+    return f"{layout} records are not NVIDIA's packed samples (write NSP or SOP rows with --packing)"

@@ -1,0 +1,207 @@
+"""`bert-data tokenize`: the corpus read, segmented and tokenized once, into a token cache.
+
+The run plans its groups exactly as ``create_tfrecords`` does (:func:`bert_data.runners.plan.plan`:
+the same metadata scan, ``--split_num``, ``--group_bytes`` and input flags), has the local pool
+(:func:`bert_data.runners.pool.run_groups`, so ``--num_workers`` processes) make each group's
+units with the stages a create run uses (:func:`bert_data.group.tokenized_units`) and writes them
+with :func:`bert_data.token_cache.write_group_cache`. Crash safety: each group's files are
+renamed into place, its sidecar last; the cache's manifest (``tokens.json``) is written after
+every group, so a cache without one is unfinished, and the same command again completes it
+(groups already written for the same plan are kept). ``--overwrite`` starts afresh.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
+
+from ..config import Config
+from ..errors import BertDataError
+from ..format.indexed import token_dtype
+from ..group import Resources, StageClock, tokenized_units
+from ..metadata import MetadataSummary, WorkItem
+from ..output.lock import output_lock
+from ..token_cache import (
+    CACHE_FORMAT, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, group_done, plan_digest,
+    read_sidecar, stats_delta, write_group_cache,
+)
+from ..storage import write_json_atomically
+from .plan import PLAN_PREFIX, plan, planned_groups
+from .pool import run_groups
+from .startup import input_fingerprints, segmenter_identity, startup_checks
+from .worker import named_as_given, stage_sources
+
+log = logging.getLogger("bert_data")
+
+# The counters a cache's manifest keeps (the rest are in each group's sidecar).
+MANIFEST_COUNTS = ("input_bytes", "documents.used", "sentences", "tokens", "unk_tokens", "units")
+
+
+@dataclass
+class TokenizedGroupFiles:
+    """A group written to the cache: its file sizes and the counters of making it."""
+
+    group_index: int
+    sizes: Dict[str, int]
+    stats: Counter = field(default_factory=Counter)
+    seconds: Counter = field(default_factory=Counter)
+
+
+def tokenize_group_files(group_index: int, items: Sequence[WorkItem], resources: Resources, directory: str) -> TokenizedGroupFiles:
+    """One group's units into ``directory`` (run by a pool worker, as :func:`make_group` is)."""
+    stats: Counter = Counter()
+    seconds: Counter = Counter()
+    clock = StageClock(seconds)
+    scratch = tempfile.mkdtemp(prefix=f"bert_data_t{group_index:09d}_")
+    try:
+        local_items, renames = stage_sources(items, scratch)
+        units: List[Tuple[Any, Dict[str, int]]] = []
+        before: Dict[str, int] = {}
+        try:
+            for unit in tokenized_units(local_items, resources, stats, clock, with_origins=True):
+                units.append((unit, stats_delta(before, stats)))
+                before = dict(stats)
+        except BertDataError as exc:
+            raise named_as_given(exc, renames) from None
+        tail = stats_delta(before, stats)
+        stats["units"] = len(units)  # (the cache's own count: not in the sidecar, which a create run adds to its own)
+        with clock("write"):
+            dtype = token_dtype(len(resources.tokenizer.vocab))
+            sizes = write_group_cache(directory, group_index, plan_digest(items), units, tail, dtype)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return TokenizedGroupFiles(group_index, sizes, stats, seconds)
+
+
+def run_tokenize(config: Config) -> Dict[str, Any]:
+    """Tokenize the corpus of ``config`` into ``config.output_dir``; returns the cache's manifest."""
+    startup = startup_checks(config)
+    directory = config.output_dir
+    with output_lock(directory), tempfile.TemporaryDirectory(prefix=f"{PLAN_PREFIX}{os.getpid()}_") as plan_dir:
+        spool = os.path.join(plan_dir, "groups.jsonl")
+        summary = plan(config, spool)
+        inputs = input_fingerprints(config, summary, config.vocab_file)
+        inputs["segmenter"] = segmenter_identity(config)
+        identity = {"settings": cache_settings(config), "inputs": _compared(inputs)}
+        finished = _prepare(config, identity)
+        if finished is not None:
+            log.info("%s already holds this token cache: nothing to do", directory)
+            return finished
+        sizes: List[Dict[str, int]] = []
+        stats: Counter = Counter()
+        for result in _tokenize_groups(config, planned_groups(config, spool), directory):
+            sizes.append(result.sizes)
+            stats.update(result.stats)
+        manifest = _manifest(config, identity, inputs, summary, sizes, stats, len(startup.vocab))
+        write_json_atomically(os.path.join(directory, CACHE_MANIFEST), manifest)  # the commit point
+        _remove(os.path.join(directory, CACHE_RUN_FILE))
+    return manifest
+
+
+def _compared(inputs: Dict[str, str]) -> Dict[str, str]:
+    return {k: inputs[k] for k in ("metadata_sha256", "documents_sha256", "vocab_sha256", "segmenter")}
+
+
+def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]], directory: str) -> Iterator[TokenizedGroupFiles]:
+    """Every group's result in order: a group already in the cache for this plan is kept (counted
+    from its sidecar), the others are made by the pool."""
+    done: Dict[int, TokenizedGroupFiles] = {}
+
+    def todo() -> Iterator[Tuple[int, List[WorkItem]]]:
+        for group_index, items in groups:
+            sizes = group_done(directory, group_index, plan_digest(items))
+            if sizes is None:
+                yield group_index, items
+            else:
+                done[group_index] = TokenizedGroupFiles(group_index, sizes, _sidecar_stats(directory, group_index))
+
+    made = run_groups(config, todo(), directory, make=tokenize_group_files)
+    expected = 0
+    for result in made:
+        while expected in done:
+            yield done.pop(expected)
+            expected += 1
+        yield result
+        expected = result.group_index + 1
+    while expected in done:
+        yield done.pop(expected)
+        expected += 1
+
+
+def _sidecar_stats(directory: str, group_index: int) -> Counter:
+    sidecar = read_sidecar(directory, group_index, None)
+    stats: Counter = Counter()
+    for unit in sidecar["units"]:
+        stats.update(unit["stats"])
+    stats.update(sidecar["tail"])
+    stats["units"] = len(sidecar["units"])
+    return stats
+
+
+def _prepare(config: Config, identity: Dict[str, Any]):
+    """The finished manifest when the directory already holds this very cache; else the directory
+    made ready (emptied of an old cache with --overwrite) with this run's identity recorded."""
+    directory = config.output_dir
+    manifest_path, run_path = os.path.join(directory, CACHE_MANIFEST), os.path.join(directory, CACHE_RUN_FILE)
+    for path in _cache_files(directory) if config.overwrite else glob.glob(os.path.join(directory, "g[0-9]*.tmp")):
+        _remove(path)  # (temporary files of a killed run: this run holds the lock)
+    for path, what in ((manifest_path, "a token cache"), (run_path, "an unfinished tokenize")):
+        recorded = _read_json(path)
+        if recorded is None:
+            continue
+        inputs = recorded.get("inputs") or {}
+        if {"settings": recorded.get("settings"), "inputs": {k: inputs.get(k) for k in identity["inputs"]}} == identity:
+            if path == manifest_path:
+                return recorded
+            return None  # the same run again: its finished groups are kept
+        raise TokenCacheError(
+            f"--output_dir {directory} holds {what} of other settings or inputs ({path}); pass --overwrite to "
+            f"replace it, or use another --output_dir"
+        )
+    write_json_atomically(run_path, identity)
+    return None
+
+
+def _cache_files(directory: str) -> List[str]:
+    names = [CACHE_MANIFEST, CACHE_RUN_FILE]
+    patterns = ("g[0-9]*.bin", "g[0-9]*.idx", "g[0-9]*.json", "g[0-9]*.tmp", "pool-*.npz", "pool-*.tmp")  # pool: token_cache.cached_pool
+    return [os.path.join(directory, n) for n in names] + [p for pattern in patterns for p in glob.glob(os.path.join(directory, pattern))]
+
+
+def _manifest(config: Config, identity: Dict[str, Any], inputs: Dict[str, str], summary: MetadataSummary,
+              sizes: List[Dict[str, int]], stats: Counter, vocab_size: int) -> Dict[str, Any]:
+    return {
+        "format": CACHE_FORMAT, "version": CACHE_VERSION, **identity,
+        "inputs": {**identity["inputs"], "newest_document": inputs["newest_document"], "tokenizers": inputs["tokenizers"],
+                   "bert_data_version": inputs["bert_data_version"]},
+        "metadata_files": list(config.metadata_files), "input_files_prefix": config.input_files_prefix,
+        "vocab_file": os.path.abspath(config.vocab_file), "vocab_size": vocab_size,
+        "dtype": str(token_dtype(vocab_size)), "entries": summary.entries, "input_bytes_planned": summary.total_bytes,
+        "counts": {name: int(stats.get(name, 0)) for name in MANIFEST_COUNTS},
+        "bytes": sum(s["bin_bytes"] + s["idx_bytes"] for s in sizes),
+        "groups": sizes,
+    }
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable: not this cache (refused above unless --overwrite)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

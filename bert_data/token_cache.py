@@ -1,0 +1,330 @@
+"""The token cache: a corpus read, segmented and tokenized once, for any number of runs.
+
+``bert-data tokenize`` (:mod:`bert_data.runners.tokenize`) writes, per planned group ``g``,
+the group's units exactly as :func:`bert_data.group.group_batches` would tokenize them:
+
+* ``gNNNNNNNNN.bin`` / ``.idx``: Megatron's indexed dataset (:mod:`bert_data.format.indexed`:
+  sentences as sequences, documents as documents, uint16 ids under 65,536 vocabulary entries),
+  every unit's kept documents back to back; readable by Megatron's ``IndexedDataset``;
+* ``gNNNNNNNNN.json`` (the sidecar, written last: the group is complete when it exists): what
+  Megatron's layout cannot carry and the passes need: each unit's index and number of documents,
+  each kept document's origin (NSP's "never from A's own document"), the counters the read,
+  segment and tokenize stages added while the unit was made (so a run from the cache counts
+  what a run from the text counts) and the digest of the group's work items (the plan);
+* ``tokens.json``: the manifest, written last: the settings the cache fixes
+  (:data:`PLAN_SETTINGS`, :data:`TOKEN_SETTINGS`), the vocabulary's sha256, the segmenter, the
+  inputs' fingerprints, and each group's file sizes.
+
+``create_tfrecords --from_tokens DIR`` plans its groups from the metadata as always (every
+entry is still checked: the corpus must be there, which also serves the NSP negative pool, read
+from the text: at most 4 MB, a few % of a run) and each worker then takes a group's units from
+here instead of reading, segmenting and tokenizing (:func:`cached_units`). Everything after is the
+same code with the same RNGs, so the output is byte-identical to the run from the text. A cache
+whose settings, vocabulary, corpus or files do not match is one line and exit 2 (:func:`check_cache`,
+:func:`check_cache_inputs`, and per group as it is read).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .config import Config
+from .errors import BertDataError
+from .faults import crash_point
+from .storage import write_bytes
+from .format.indexed import check_consistent, index_bytes, parse_index
+from .negatives import NegativePool
+from .tokenization import TokenizedGroup
+
+CACHE_FORMAT = "bert_data token cache"
+CACHE_VERSION = 1
+CACHE_MANIFEST = "tokens.json"
+CACHE_RUN_FILE = "tokenize_run.json"  # the settings of a tokenize run in progress (its resume check)
+
+# The flags a cache fixes: a --from_tokens run must pass the same (the plan and the tokens are the cache's).
+PLAN_SETTINGS = ("split_num", "group_bytes", "max_document_chars", "input_format", "text_key", "input_encoding",
+                 "multiple_docs_in_single_file", "multiple_docs_separator")
+TOKEN_SETTINGS = ("do_lower_case", "single_sentence_per_line", "spacy_model")
+# ... and the inputs: the metadata and the documents (sizes and modification times), vocabulary and segmenter
+CACHE_INPUTS = ("metadata_sha256", "documents_sha256", "vocab_sha256", "segmenter")
+
+
+class TokenCacheError(BertDataError):
+    """A token cache that does not match the run, or is incomplete or damaged: one line, exit 2."""
+
+
+@dataclass
+class TokenizedUnit:
+    """One unit of a group, segmented and tokenized: what every dupe pass of it reads."""
+
+    index: int  # the unit's number in its group (its RNG streams' id)
+    group: TokenizedGroup  # its documents that have a token
+    origins: Optional[List[int]]  # NSP: the original document of each of them (else None)
+
+
+def group_file(directory: str, group_index: int, suffix: str) -> str:
+    return os.path.join(directory, f"g{group_index:09d}{suffix}")
+
+
+def plan_digest(items: Sequence[Any]) -> str:
+    """What a group is: its work items (entry, byte range); equal digests, equal documents read."""
+    parts = [(item.source.entry, item.start, item.end) for item in items]
+    return hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def cache_settings(config: Config) -> Dict[str, Any]:
+    """The settings recorded in (and compared against) a cache."""
+    return {name: getattr(config, name) for name in PLAN_SETTINGS + TOKEN_SETTINGS}
+
+
+def stats_delta(before: Mapping[str, int], after: Mapping[str, int]) -> Dict[str, int]:
+    """The counters added between two snapshots (a key created at 0 included: it is in the manifest)."""
+    return {k: v - before.get(k, 0) for k, v in after.items() if k not in before or v != before[k]}
+
+
+# --------------------------------------------------------------------------------------------
+# One group's files
+# --------------------------------------------------------------------------------------------
+
+
+def write_group_cache(
+    directory: str, group_index: int, digest: str, units: Sequence[Tuple[TokenizedUnit, Dict[str, int]]],
+    tail: Dict[str, int], dtype: np.dtype,
+) -> Dict[str, int]:
+    """A group's ``.bin``, ``.idx`` and sidecar, each under a temporary name renamed into place,
+    the sidecar last (a group without one is not done). Returns the files' sizes."""
+    tokens, lengths, indices, entries = [], [], [0], []
+    for unit, delta in units:
+        group = unit.group
+        tokens.append(np.asarray(group.ids).astype(dtype))
+        lengths.append(np.diff(group.sent_offsets).astype(np.int32))
+        base = indices[-1]  # sentences so far
+        indices.extend(base + start for start in group.doc_starts[1:])
+        origins = None
+        if unit.origins is not None:
+            origins = base64.b64encode(np.asarray(unit.origins, dtype="<u8").tobytes()).decode("ascii")
+        entries.append({"unit": unit.index, "documents": group.n_docs, "stats": delta, "origins": origins})
+    data = np.concatenate(tokens) if tokens else np.zeros(0, dtype=dtype)
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int32)
+    index = index_bytes(all_lengths, np.asarray(indices, dtype=np.int64), dtype)
+    sizes = {"bin_bytes": int(data.nbytes), "idx_bytes": len(index)}
+    sidecar = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "group": group_index, "plan": digest, **sizes,
+               "blake2b": _checksum(data.tobytes(), index), "units": entries, "tail": tail}
+    write_bytes(group_file(directory, group_index, ".bin"), data.tobytes())
+    write_bytes(group_file(directory, group_index, ".idx"), index)
+    crash_point("tokenized", group_index)  # test hook: killed with the tokens written, the sidecar not
+    write_bytes(group_file(directory, group_index, ".json"), json.dumps(sidecar, sort_keys=True).encode())
+    return sizes
+
+
+def _checksum(data: bytes, index: bytes) -> str:
+    """Of a group's tokens and index: a damaged byte is refused, not turned into other instances."""
+    digest = hashlib.blake2b(data, digest_size=16)
+    digest.update(index)
+    return digest.hexdigest()
+
+
+def group_done(directory: str, group_index: int, digest: str) -> Optional[Dict[str, int]]:
+    """The sizes of a group already tokenized for this plan, or None (to make, or remake)."""
+    try:
+        sidecar = read_sidecar(directory, group_index, digest)
+        check_group_files(directory, group_index, sidecar)
+    except TokenCacheError:
+        return None
+    return {"bin_bytes": sidecar["bin_bytes"], "idx_bytes": sidecar["idx_bytes"]}
+
+
+def read_sidecar(directory: str, group_index: int, digest: Optional[str]) -> Dict[str, Any]:
+    path = group_file(directory, group_index, ".json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            sidecar = json.load(handle)
+    except FileNotFoundError:
+        raise TokenCacheError(f"--from_tokens: {path} is missing: the cache is incomplete; {RETOKENIZE}") from None
+    except (OSError, ValueError) as exc:
+        raise TokenCacheError(f"--from_tokens: {path} cannot be read ({exc}); {RETOKENIZE}") from None
+    if not isinstance(sidecar, dict) or sidecar.get("format") != CACHE_FORMAT or sidecar.get("group") != group_index:
+        raise TokenCacheError(f"--from_tokens: {path} is not group {group_index} of a token cache; {RETOKENIZE}")
+    if digest is not None and sidecar.get("plan") != digest:
+        raise TokenCacheError(
+            f"--from_tokens: {path}: group {group_index} of the cache holds other documents than this run's group "
+            f"{group_index} (the metadata or a plan flag differs); {RETOKENIZE}"
+        )
+    return sidecar
+
+
+RETOKENIZE = "run bert-data tokenize again (the same command completes it; --overwrite remakes it)"
+
+
+def check_group_files(directory: str, group_index: int, sidecar: Mapping[str, Any]) -> None:
+    """The group's ``.bin`` and ``.idx`` exist with the sizes its sidecar recorded."""
+    for suffix, key in ((".bin", "bin_bytes"), (".idx", "idx_bytes")):
+        path = group_file(directory, group_index, suffix)
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            raise TokenCacheError(f"--from_tokens: {path} is missing: the cache is incomplete; {RETOKENIZE}") from None
+        if size != sidecar.get(key):
+            raise TokenCacheError(
+                f"--from_tokens: {path} has {size} bytes, the cache recorded {sidecar.get(key)} (truncated or "
+                f"damaged); {RETOKENIZE}"
+            )
+
+
+def read_group_cache(directory: str, group_index: int, digest: Optional[str]
+                     ) -> Tuple[List[Tuple[TokenizedUnit, Dict[str, int]]], Dict[str, int]]:
+    """A group's units (each with the counters its making added) and the counters after its last."""
+    sidecar = read_sidecar(directory, group_index, digest)
+    check_group_files(directory, group_index, sidecar)
+    idx_path, bin_path = group_file(directory, group_index, ".idx"), group_file(directory, group_index, ".bin")
+    with open(idx_path, "rb") as handle:
+        raw_index = handle.read()
+    with open(bin_path, "rb") as handle:
+        raw_tokens = handle.read()
+    if _checksum(raw_tokens, raw_index) != sidecar.get("blake2b"):
+        raise TokenCacheError(f"--from_tokens: {bin_path} or {idx_path} is damaged (checksum differs); {RETOKENIZE}")
+    try:
+        dtype, lengths, pointers, indices = parse_index(raw_index)
+        check_consistent(dtype, lengths, pointers, indices, os.stat(bin_path).st_size)
+    except ValueError as exc:
+        raise TokenCacheError(f"--from_tokens: {idx_path}: {exc}; {RETOKENIZE}") from None
+    tokens = np.frombuffer(raw_tokens, dtype=dtype).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    units, document = [], 0
+    for entry in sidecar["units"]:
+        count = entry["documents"]
+        if document + count >= len(indices):
+            raise TokenCacheError(f"--from_tokens: {idx_path} has fewer documents than {group_file(directory, group_index, '.json')} says; {RETOKENIZE}")
+        first, last = int(indices[document]), int(indices[document + count])
+        group = TokenizedGroup(
+            ids=tokens[offsets[first]:offsets[last]],
+            sent_offsets=offsets[first:last + 1] - offsets[first],
+            doc_starts=[int(i) - first for i in indices[document:document + count + 1]],
+        )
+        origins = None
+        if entry["origins"] is not None:
+            origins = np.frombuffer(base64.b64decode(entry["origins"]), dtype="<u8").tolist()
+        units.append((TokenizedUnit(entry["unit"], group, origins), entry["stats"]))
+        document += count
+    return units, sidecar["tail"]
+
+
+def cached_units(config: Config, group_index: int, items: Sequence[Any], stats, with_origins: bool) -> Iterator[TokenizedUnit]:
+    """The group's units from ``--from_tokens``, adding to ``stats`` what reading, segmenting and
+    tokenizing them added in the run that made the cache, at the same moments."""
+    units, tail = read_group_cache(config.from_tokens, group_index, plan_digest(items))
+    for unit, delta in units:
+        stats.update(delta)
+        if not with_origins:
+            unit.origins = None
+        yield unit
+    stats.update(tail)
+
+
+def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) -> NegativePool:
+    """NSP's negative pool of ``spec`` (:func:`bert_data.negatives.encode_pool`: chosen from the
+    corpus and ``--seed``), kept in the cache as ``pool-DIGEST.npz`` by the first run that built it,
+    so that the next runs with that seed (the other phase, another objective) need not read,
+    segment and tokenize it again. The cache fixes what else the pool depends on (documents,
+    vocabulary, casing, segmenter, input flags). An unreadable file is built anew; a cache that
+    cannot be written to is only read."""
+    digest = hashlib.blake2b(spec.encode("utf-8"), digest_size=16).hexdigest()
+    path = os.path.join(directory, f"pool-{digest}.npz")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return NegativePool(data["ids"], data["offsets"].tolist(), data["doc_starts"].tolist(),
+                                data["origins"].astype(np.uint64).tolist(), json.loads(str(data["facts"])))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        pass
+    pool = build()
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            np.savez(handle, ids=pool.ids, offsets=np.asarray(pool.offsets, dtype=np.int64),
+                     doc_starts=np.asarray(pool.doc_starts, dtype=np.int64),
+                     origins=np.asarray(pool.origins, dtype=np.uint64), facts=np.asarray(json.dumps(pool.facts)))
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+    return pool
+
+
+# --------------------------------------------------------------------------------------------
+# The cache's manifest, and the run's checks against it
+# --------------------------------------------------------------------------------------------
+
+
+def load_cache_manifest(directory: str) -> Dict[str, Any]:
+    path = os.path.join(directory, CACHE_MANIFEST)
+    if not os.path.isdir(directory):
+        raise TokenCacheError(f"--from_tokens {directory}: no such directory; make it with bert-data tokenize --output_dir {directory}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except FileNotFoundError:
+        raise TokenCacheError(
+            f"--from_tokens {directory}: {path} is missing: not a token cache, or bert-data tokenize did not finish; "
+            f"{RETOKENIZE}"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise TokenCacheError(f"--from_tokens {directory}: {path} cannot be read ({exc}); {RETOKENIZE}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
+        raise TokenCacheError(f"--from_tokens {directory}: {path} is not a token cache of version {CACHE_VERSION}; {RETOKENIZE}")
+    return manifest
+
+
+def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, Any]:
+    """Before anything runs: the cache is complete (every group's files there, of the sizes
+    recorded) and was made with this run's vocabulary, casing, segmenter and plan flags."""
+    directory = config.from_tokens
+    manifest = load_cache_manifest(directory)
+    recorded = manifest["settings"]
+    if manifest["inputs"]["vocab_sha256"] != vocab_sha256:
+        raise TokenCacheError(
+            f"--from_tokens {directory} was tokenized with another vocabulary ({manifest['vocab_file']}, sha256 "
+            f"{manifest['inputs']['vocab_sha256'][:12]}) than --vocab_file {config.vocab_file}; pass that vocabulary, or tokenize again"
+        )
+    for name in TOKEN_SETTINGS + PLAN_SETTINGS:
+        if recorded.get(name) != getattr(config, name):
+            raise TokenCacheError(
+                f"--from_tokens {directory} was made with --{name} {recorded.get(name)!r}, this run has "
+                f"{getattr(config, name)!r}; pass the same --{name} (a cache fixes it), or tokenize again"
+            )
+    if manifest["inputs"]["segmenter"] != segmenter:
+        raise TokenCacheError(
+            f"--from_tokens {directory} was segmented by {manifest['inputs']['segmenter']}, this run's segmenter is "
+            f"{segmenter}; use that segmenter (--spacy_model, spaCy version), or tokenize again"
+        )
+    for group_index, sizes in enumerate(manifest["groups"]):
+        check_group_files(directory, group_index, sizes)
+        sidecar = group_file(directory, group_index, ".json")
+        if not os.path.isfile(sidecar):
+            raise TokenCacheError(f"--from_tokens: {sidecar} is missing: the cache is incomplete; {RETOKENIZE}")
+    return manifest
+
+
+def check_cache_inputs(config: Config, inputs: Mapping[str, str], groups: int) -> None:
+    """After the plan: the metadata and documents are the ones the cache was made from."""
+    manifest = load_cache_manifest(config.from_tokens)
+    for name in ("metadata_sha256", "documents_sha256"):
+        if manifest["inputs"][name] != inputs[name]:
+            what = "the metadata files' contents" if name == "metadata_sha256" else "a document (size or modification time)"
+            raise TokenCacheError(
+                f"--from_tokens {config.from_tokens}: {what} changed since the cache was made (newest document now "
+                f"{inputs.get('newest_document', '?')}); tokenize again"
+            )
+    if len(manifest["groups"]) != groups:
+        raise TokenCacheError(
+            f"--from_tokens {config.from_tokens} holds {len(manifest['groups'])} groups, this run plans {groups}; "
+            f"pass the flags the cache was made with, or tokenize again"
+        )

@@ -1,0 +1,75 @@
+"""``bert-data tokenize``: the corpus read, segmented and tokenized once into a token cache.
+
+It takes ``create_tfrecords``' flags that decide the tokens and the plan (inputs, input format,
+vocabulary, casing, segmenter, ``--split_num``, ``--group_bytes``, ``--max_document_chars``,
+``--config``) and ``--output_dir``, ``--num_workers``, ``--overwrite``; every instance setting stays
+open for the runs that read the cache (``create_tfrecords --from_tokens DIR``), so an instance or
+output flag here is a usage error (one line, exit 2). See :mod:`bert_data.token_cache`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Optional, Sequence
+
+from ..errors import BertDataError, print_error
+from .cli import resolve_log_level, unknown_log_level
+from .create import build_parser, config_from_args
+from .endings import emit, guarded, os_error, stopped
+
+PROG = "bert-data tokenize"
+
+# create_tfrecords' flags that tokenize takes (the rest are the runs' own, given to create --from_tokens)
+TOKENIZE_FLAGS = frozenset({
+    "metadata_files", "input_files_prefix", "multiple_docs_in_single_file", "multiple_docs_separator",
+    "single_sentence_per_line", "spacy_model", "config", "vocab_file", "do_lower_case", "split_num", "group_bytes",
+    "max_document_chars", "output_dir", "overwrite", "resume", "num_workers", "log_level", "quiet", "input_format",
+    "text_key", "input_encoding",
+})
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return guarded(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    parser = build_parser()
+    parser.prog = PROG
+    parser.description = ("Read, segment and tokenize the documents once into a token cache (Megatron .bin/.idx per "
+                          "group + a manifest) that create_tfrecords --from_tokens DIR turns into instances of any "
+                          "length, objective, packing and format. Takes create_tfrecords' input, vocabulary and plan flags.")
+    args = parser.parse_args(argv)
+    given = sorted(name for name, value in vars(args).items() if value is not None and name not in TOKENIZE_FLAGS)
+    if given:
+        return print_error(PROG, f"--{given[0]} is a create_tfrecords setting, not a tokenize one: the cache serves every "
+                                 f"{given[0]}; give it to create_tfrecords --from_tokens DIR")
+    if args.output_dir is None or "://" in args.output_dir:
+        return print_error(PROG, "--output_dir is required: the local (or mounted) directory the token cache goes to")
+    level = resolve_log_level(args.log_level, bool(args.quiet))
+    if level is None:
+        return print_error(PROG, unknown_log_level(args.log_level))
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("bert_data").setLevel(level)
+    from ..runners.tokenize import run_tokenize
+
+    started = time.perf_counter()
+    try:
+        manifest = run_tokenize(config_from_args(args))
+    except BertDataError as exc:
+        return print_error(PROG, str(exc), exc.exit_code)
+    except (KeyboardInterrupt, MemoryError) as exc:
+        return stopped(PROG, exc, "run the same command again (the groups already written are kept)")
+    except OSError as exc:
+        return print_error(PROG, f"{os_error(exc)}; fix it, then run the same command again")
+    counts = manifest["counts"]
+    ratio = manifest["bytes"] / max(1, counts["input_bytes"])
+    emit(PROG, f"{len(manifest['groups'])} groups, {counts['documents.used']} documents, {counts['sentences']} sentences, "
+               f"{counts['tokens']} tokens ({manifest['dtype']}): {manifest['bytes']} bytes, {ratio:.2f}x the text, "
+               f"in {time.perf_counter() - started:.1f}s")
+    return 0
+
+
+def entry_point() -> None:
+    sys.exit(main())

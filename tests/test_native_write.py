@@ -1,0 +1,524 @@
+"""The write path's C accelerator (``_wire.serialize_examples``, ``_wire.frame_records``) against
+the numpy and Python code it stands in for (issue 29): the same bytes for every batch, dtype and
+layout, and bad arguments refused with an exception, never a crash.
+
+``native._wire`` None is how the writers tell that there is no accelerator (the numpy path); the
+tests of the C side skip where it was not built, and fail under CI (``require_wire``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from bert_data.format import example_wire, native, tfrecord
+from bert_data.format.example_wire import parse_example, serialize_examples
+from bert_data.format.tfrecord import frame_records, iter_records
+from bert_data.tools.create import main
+from conftest import base_args, require_wire, write_corpus, write_vocab
+
+
+@pytest.fixture
+def wire():
+    require_wire()
+    assert native.wire() is not None, "the reading and writing paths bind the same module"
+    return native.wire()
+
+
+def both(call):
+    """``call()`` with the accelerator, then with the numpy path: the two results."""
+    require_wire()
+    with_c = call()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "_wire", None)
+        return with_c, call()
+
+
+# --------------------------------------------------------------------------------------
+# serialize_examples: random batches
+# --------------------------------------------------------------------------------------
+
+# Values where a varint's length changes, both signs, and the ends of every dtype.
+EDGES = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**31 - 1, 2**32 - 1, 2**32,
+         2**35, 2**56 - 1, 2**56, 2**63 - 1, -1, -128, -(2**31), -(2**63)]
+INT_DTYPES = ["int32", "int64", "uint8", "int8", "int16", "uint16", "uint32", "uint64", "bool", ">i4", ">i8"]
+FLOAT_DTYPES = ["float32", "float64", "float16", ">f4", "int32", "bool"]
+
+
+@st.composite
+def feature_arrays(draw, n):
+    """One feature: its dtype in the record, its array (any dtype the encoder accepts, in range),
+    laid out C-contiguous, Fortran, strided or reversed."""
+    kind = draw(st.sampled_from(["int64", "float32"]))
+    k = draw(st.integers(0, 6))
+    if kind == "int64":
+        dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+        if dtype == np.bool_:
+            values = st.booleans()
+        else:
+            info = np.iinfo(dtype)
+            hi = min(int(info.max), 2**63 - 1)
+            edges = [v for v in EDGES if info.min <= v <= hi]
+            values = st.one_of(st.sampled_from(edges), st.integers(int(info.min), hi), st.integers(0, min(hi, 30521)))
+        array = draw(hnp.arrays(dtype, (n, 2 * k), elements=values))
+    else:
+        dtype = np.dtype(draw(st.sampled_from(FLOAT_DTYPES)))
+        elements = st.booleans() if dtype == np.bool_ else (
+            st.integers(-1000, 1000) if dtype.kind == "i" else st.floats(width=min(32, 8 * dtype.itemsize)))
+        array = draw(hnp.arrays(dtype, (n, 2 * k), elements=elements))
+    layout = draw(st.sampled_from(["c", "fortran", "strided", "reversed"]))
+    if layout == "fortran":
+        array = np.asfortranarray(array[:, :k])
+    elif layout == "strided":
+        array = array[:, ::2]
+    elif layout == "reversed":
+        array = array[::-1, k:]
+    else:
+        array = np.ascontiguousarray(array[:, :k])
+    return kind, array
+
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(0, 5))
+    names = draw(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=7, unique=True))
+    features, order = {}, []
+    for name in names:
+        kind, array = draw(feature_arrays(n))
+        features[name] = array
+        order.append((name, kind))
+    return features, order
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batches())
+def test_serialize_examples_c_and_numpy_give_the_same_bytes(batch):
+    features, order = batch
+    with_c, with_numpy = both(lambda: serialize_examples(features, order))
+    assert with_c == with_numpy
+    assert all(type(record) is bytes for record in with_c)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 4), st.data())
+def test_token_id_rows_of_every_length_are_the_same_bytes(k, n_more, data):
+    """Rows of token ids and 0/1 masks (the fast paths: eight 1-byte values at once, values of
+    up to 3 bytes without a branch), every row length, read back by the reference decoder."""
+    n = 1 + n_more
+    edges = st.sampled_from([0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, -1])
+    ids = data.draw(hnp.arrays(np.int32, (n, k), elements=st.integers(0, 30521) | edges))
+    mask = data.draw(hnp.arrays(np.int32, (n, k), elements=st.integers(0, 1)))
+    order = (("input_ids", "int64"), ("input_mask", "int64"))
+    with_c, with_numpy = both(lambda: serialize_examples({"input_ids": ids, "input_mask": mask}, order))
+    assert with_c == with_numpy
+    for row, record in enumerate(with_c):
+        parsed = parse_example(record)
+        assert parsed["input_ids"].tolist() == ids[row].tolist()
+        assert parsed["input_mask"].tolist() == mask[row].tolist()
+
+
+def test_the_c_path_is_the_one_the_writer_takes(monkeypatch, wire):
+    """serialize_examples and frame_records call the accelerator when it is there (a spy sees the
+    calls), so the figures in docs/performance.md are of the C path."""
+    calls = []
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(wire, name)
+
+    monkeypatch.setattr(native, "_wire", Spy())
+    records = serialize_examples({"a": np.ones((3, 2), np.int32)}, [("a", "int64")])
+    frame_records(records)
+    assert calls == ["serialize_examples", "frame_records"]
+
+
+def test_more_features_than_the_c_loop_takes_use_numpy(wire):
+    features = {f"f{i:02d}": np.full((2, 1), i, np.int64) for i in range(70)}
+    order = [(name, "int64") for name in sorted(features)]
+    with_c, with_numpy = both(lambda: serialize_examples(features, order))
+    assert with_c == with_numpy
+    assert parse_example(with_c[1])["f69"].tolist() == [69]
+
+
+@pytest.mark.parametrize(
+    "array, kind, error",
+    [
+        (np.array([[2**63]], np.uint64), "int64", ValueError),  # does not fit in int64
+        (np.array([[1.5]]), "int64", TypeError),
+        (np.array([["x"]]), "int64", TypeError),
+        (np.array([[1]], object), "int64", TypeError),
+        (np.array([["x"]]), "float32", TypeError),
+        (np.array([1, 2], np.int32), "int64", ValueError),  # not 2-D
+        (np.array([[1]], np.int32), "int8", ValueError),  # not a dtype of a record
+    ],
+)
+def test_bad_features_raise_the_same_error_on_both_paths(array, kind, error):
+    def encode():
+        with pytest.raises(error) as caught:
+            serialize_examples({"x": array}, [("x", kind)])
+        return str(caught.value)
+
+    with_c, with_numpy = both(encode)
+    assert with_c == with_numpy
+
+
+# --------------------------------------------------------------------------------------
+# The C functions called directly with what they must refuse
+# --------------------------------------------------------------------------------------
+
+PREFIX = (b"\x0a\x01x\x12",)
+
+
+@pytest.mark.parametrize(
+    "arrays, prefixes, kinds, error",
+    [
+        ((np.ones((2, 3), np.int32)[:, ::2],), PREFIX, b"i", (ValueError, TypeError, BufferError)),  # not contiguous
+        ((np.ones((2, 3), np.float64),), PREFIX, b"i", TypeError),
+        ((np.ones((2, 3), np.float64),), PREFIX, b"f", TypeError),
+        ((np.ones((2, 3), np.int32),), PREFIX, b"f", TypeError),
+        ((np.ones((2, 3), np.uint32),), PREFIX, b"i", TypeError),
+        ((np.ones((2, 3), np.int8),), PREFIX, b"i", TypeError),
+        ((np.ones(3, np.int32),), PREFIX, b"i", TypeError),  # 1-D
+        ((np.ones((2, 3, 1), np.int32),), PREFIX, b"i", TypeError),  # 3-D
+        ((np.ones((2, 3), np.int32), np.ones((3, 3), np.int32)), PREFIX * 2, b"ii", ValueError),  # rows differ
+        ((np.ones((2, 3), np.int32),), PREFIX, b"x", TypeError),
+        ((np.ones((2, 3), np.int32),), ("x",), b"i", TypeError),
+        ((np.ones((2, 3), np.int32),), PREFIX, "i", TypeError),
+        ([np.ones((2, 3), np.int32)], PREFIX, b"i", TypeError),
+        ((np.ones((2, 3), np.int32),), PREFIX * 2, b"i", ValueError),
+        ((), (), b"", ValueError),
+        ((np.ones((1, 1), np.int32),) * 65, PREFIX * 65, b"i" * 65, ValueError),
+        ((b"abcd",), PREFIX, b"i", TypeError),
+        ((object(),), PREFIX, b"i", TypeError),
+    ],
+)
+def test_wire_serialize_examples_refuses_bad_arguments(wire, arrays, prefixes, kinds, error):
+    with pytest.raises(error):
+        wire.serialize_examples(arrays, prefixes, kinds)
+
+
+def test_wire_serialize_examples_writes_any_int64_value(wire):
+    """Every int64 value is a valid varint: the extremes in C as in numpy (negative: 10 bytes)."""
+    values = np.array([[-(2**63), -1, 0, 2**63 - 1]], np.int64)
+    prefixes, kinds = example_wire._entry_prefixes((("v", "int64"),))
+    (record,) = wire.serialize_examples((values,), prefixes, kinds)
+    assert parse_example(record)["v"].tolist() == values[0].tolist()
+
+
+@pytest.mark.parametrize("payloads", [3, None, [b"a", 1], [b"a", "text"], [b"a", [1]]])
+def test_wire_frame_records_refuses_bad_arguments(wire, payloads):
+    with pytest.raises(TypeError):
+        wire.frame_records(payloads)
+
+
+# --------------------------------------------------------------------------------------
+# frame_records
+# --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12), st.sampled_from(["list", "tuple", "generator"]))
+def test_frame_records_c_and_python_give_the_same_bytes(payloads, container):
+    def frame():
+        if container == "list":
+            return frame_records(list(payloads))
+        if container == "tuple":
+            return frame_records(tuple(payloads))
+        return frame_records(p for p in payloads)
+
+    with_c, with_python = both(frame)
+    assert with_c == with_python
+    assert type(with_c) is bytes
+    import io
+
+    assert list(iter_records(io.BytesIO(with_c))) == list(payloads)
+
+
+def test_frame_records_matches_tensorflows_writer(tmp_path, wire):
+    """The C framing against TensorFlow's own TFRecordWriter (its bytes are the definition)."""
+    tf = pytest.importorskip("tensorflow")
+    payloads = [b"", b"x", bytes(range(256)) * 3, b"\x00" * 70000]
+    path = str(tmp_path / "tf.tfrecords")
+    with tf.io.TFRecordWriter(path) as writer:
+        for payload in payloads:
+            writer.write(payload)
+    assert wire.frame_records(payloads) == Path(path).read_bytes()
+
+
+# --------------------------------------------------------------------------------------
+# Every layout the objectives write, end to end: the same shards either way
+# --------------------------------------------------------------------------------------
+
+LAYOUT_FLAGS = {
+    "nsp": {},
+    "sop": {"sentence_order_prediction": True},
+    "mlm_only": {"mlm_only": True},
+    "unmasked_ids": {"mlm_only": True, "disable_masking": True},
+    "packed_nsp": {"packing": True},
+    "packed_mlm_only": {"mlm_only": True, "packing": True},
+}
+
+
+def _shard_digests(out: Path):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.tfrecords"))}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUT_FLAGS))
+def test_every_layout_writes_the_same_shards_with_c_and_numpy(tmp_path, monkeypatch, layout):
+    require_wire()
+    metadata = write_corpus(tmp_path / "corpus", n_docs=8)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    runs = []
+    for name, wire_module in (("c", native.wire()), ("numpy", None)):
+        monkeypatch.setattr(native, "_wire", wire_module)
+        out = tmp_path / name
+        assert main(base_args(metadata, vocab, out, **LAYOUT_FLAGS[layout])) == 0
+        runs.append(_shard_digests(out))
+    assert runs[0] and runs[0] == runs[1]
+
+
+def test_packed_rows_with_weights_above_one_are_the_same_bytes():
+    """Packed rows' masked_lm_weights hold the instance number (1.0..k), not only 0 and 1."""
+    rng = np.random.default_rng(5)
+    weights = rng.integers(0, 4, (6, 9)).astype(np.float32)
+    features = {"input_ids": rng.integers(0, 30522, (6, 16), dtype=np.int32), "masked_lm_weights": weights,
+                "next_sentence_weights": np.array([[1.0, 1.0, 0.0]] * 6, np.float32)}
+    order = [("input_ids", "int64"), ("masked_lm_weights", "float32"), ("next_sentence_weights", "float32")]
+    with_c, with_numpy = both(lambda: serialize_examples(features, order))
+    assert with_c == with_numpy
+    assert parse_example(with_c[2])["masked_lm_weights"].tolist() == weights[2].tolist()
+
+
+def test_c_bytes_are_tensorflows_deterministic_serialization(wire):
+    """Against TensorFlow's own serializer, for a batch with every varint width and both list kinds."""
+    tf = pytest.importorskip("tensorflow")
+    ids = np.array([[0, 127, 128, 16383, 16384, 2**21, 2**28, 2**31 - 1], [1, 2, 3, 4, 5, 6, 7, 8]], np.int32)
+    big = np.array([[-1, 2**62], [-(2**63), 0]], np.int64)
+    weights = np.array([[0.0, 1.5, -2.0], [3.0, 0.0, 1e-30]], np.float32)
+    order = [("big", "int64"), ("ids", "int64"), ("none", "int64"), ("weights", "float32")]
+    features = {"ids": ids, "big": big, "weights": weights, "none": np.zeros((2, 0), np.int32)}
+    records = serialize_examples(features, order)
+    for row, record in enumerate(records):
+        feature = {
+            "big": tf.train.Feature(int64_list=tf.train.Int64List(value=big[row].tolist())),
+            "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids[row].tolist())),
+            "none": tf.train.Feature(int64_list=tf.train.Int64List(value=[])),
+            "weights": tf.train.Feature(float_list=tf.train.FloatList(value=weights[row].tolist())),
+        }
+        expected = tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+        assert record == expected
+    assert tfrecord.frame_records(records) == wire.frame_records(records)
+
+
+# --------------------------------------------------------------------------------------
+# A pass's rows: assembly (instances.assemble) and masking (masking.mask_batch)
+# --------------------------------------------------------------------------------------
+
+from bert_data.instances import InstanceParams, PairPlan, assemble  # noqa: E402
+from bert_data.masking import MaskingParams, mask_batch  # noqa: E402
+
+
+def _same_arrays(left, right):
+    assert list(left) == list(right)
+    for name in left:
+        assert left[name].dtype == right[name].dtype, name
+        assert left[name].shape == right[name].shape, name
+        np.testing.assert_array_equal(left[name], right[name], err_msg=name)
+
+
+def _outcome(function, *args):
+    """The arrays ``function`` returns, or the type of the error it raises (a plan that does not fit)."""
+    try:
+        return function(*args)
+    except (IndexError, ValueError) as error:
+        return type(error)
+
+
+def _same_outcome(with_c, with_numpy):
+    if isinstance(with_c, dict):
+        _same_arrays(with_c, with_numpy)
+    else:
+        assert with_c is with_numpy
+
+
+@st.composite
+def pair_plans(draw, valid=True):
+    """A token space and a plan of pairs that fit (valid) or perhaps do not (reversed or outside
+    ranges, too long together), as the planner would hand them to assemble."""
+    length = draw(st.integers(3, 40))
+    size = draw(st.integers(0, 60))
+    ids = draw(hnp.arrays(np.int32, size, elements=st.integers(0, 30521)))
+    plan = PairPlan()
+    for _ in range(draw(st.integers(0, 8))):
+        if valid and size:
+            a_lo = draw(st.integers(0, size))
+            a_hi = draw(st.integers(a_lo, min(size, a_lo + length - 3)))
+            b_lo = draw(st.integers(0, size))
+            b_hi = draw(st.integers(b_lo, min(size, b_lo + length - 3 - (a_hi - a_lo))))
+        elif valid:
+            a_lo = a_hi = b_lo = b_hi = 0
+        else:
+            a_lo, a_hi, b_lo, b_hi = (draw(st.integers(-3, size + 3)) for _ in range(4))
+        plan.add(a_lo, a_hi, b_lo, b_hi, draw(st.integers(0, 1)))
+    return ids, plan, InstanceParams(length, 0.1, 2, cls_id=101, sep_id=102)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair_plans())
+def test_assemble_c_and_numpy_give_the_same_arrays(case):
+    ids, plan, params = case
+    with_c, with_numpy = both(lambda: assemble(ids, plan, params))
+    _same_arrays(with_c, with_numpy)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair_plans(valid=False))
+def test_assemble_of_a_bad_plan_is_numpys_answer(case):
+    """A plan the C loop refuses goes to numpy: the same arrays, or the same error."""
+    _same_outcome(*both(lambda: _outcome(assemble, *case)))
+
+
+@st.composite
+def masking_batches(draw):
+    n = draw(st.integers(0, 6))
+    length = draw(st.integers(3, 40))
+    real = draw(hnp.arrays(np.int64, n, elements=st.integers(3, length)))
+    ids = draw(hnp.arrays(np.int32, (n, length), elements=st.integers(0, 200)))
+    candidates = np.zeros((n, length), np.bool_)
+    for r in range(n):
+        inside = draw(hnp.arrays(np.bool_, length, elements=st.booleans()))
+        candidates[r, 1 : real[r] - 1] = inside[1 : real[r] - 1]
+    params = MaskingParams(draw(st.sampled_from([0.15, 0.5, 1.0])), draw(st.integers(1, 45)), False, 201, 103)
+    return {"input_ids": ids, "candidates": candidates, "real_length": real,
+            "next_sentence_labels": np.zeros((n, 1), np.int32)}, params
+
+
+class TiedKeys:
+    """A Generator whose keys are multiples of 1/4 (ties everywhere): the C choice must step
+    aside for numpy's (a real Generator ties about once in 2**45 rows)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.calls = 0
+
+    def random(self, size):
+        self.calls += 1
+        values = self.rng.random(size)
+        return np.floor(values * 4) / 4 if self.calls == 1 else values
+
+    def integers(self, low, high, size):
+        return self.rng.integers(low, high, size=size)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(masking_batches(), st.integers(0, 2**32), st.booleans())
+def test_mask_batch_c_and_numpy_give_the_same_arrays(batch, seed, tied):
+    arrays, params = batch
+
+    given_ids = arrays["input_ids"].copy()
+
+    def run():
+        rng = TiedKeys(seed) if tied else np.random.default_rng(seed)
+        features = mask_batch(arrays, params, rng)
+        return features, rng.random(3) if not tied else rng.rng.random(3)  # what is left of the stream too
+
+    (c_features, c_after), (n_features, n_after) = both(run)
+    _same_arrays(c_features, n_features)
+    np.testing.assert_array_equal(c_after, n_after)
+    np.testing.assert_array_equal(arrays["input_ids"], given_ids)  # a copy is masked, not the caller's
+
+
+def test_mask_rows_leaves_the_ids_alone_on_a_tie(wire):
+    ids = np.array([[101, 5, 6, 7, 102]], np.int32)
+    candidates = np.array([[0, 1, 1, 1, 0]], np.bool_)
+    keys = np.array([[0.9, 0.5, 0.2, 0.5, 0.1]])
+    out = [np.zeros((1, 2), np.int32), np.zeros((1, 2), np.int32), np.zeros((1, 2), np.bool_)]
+    args = (candidates, keys, np.array([2]), np.zeros((1, 2)), np.zeros((1, 2), np.int64))
+    assert wire.mask_rows(1, 5, 2, 2, 103, ids, *args, *out) is False
+    assert ids.tolist() == [[101, 5, 6, 7, 102]]
+    assert wire.mask_rows(1, 5, 1, 2, 103, ids, candidates, keys, np.array([1]), np.zeros((1, 1)),
+                          np.zeros((1, 1), np.int64), *out) is True
+    assert ids.tolist() == [[101, 5, 103, 7, 102]] and out[0].tolist() == [[2, 0]] and out[1].tolist() == [[6, 0]]
+
+
+@pytest.mark.parametrize("bad", ["ids_int64", "ids_strided", "plan_int32", "out_short", "candidates_int8"])
+def test_wire_assemble_and_mask_refuse_bad_arrays(wire, bad):
+    n, length = 2, 6
+    ids = np.arange(10, dtype=np.int64 if bad == "ids_int64" else np.int32)
+    if bad == "ids_strided":
+        ids = np.arange(20, dtype=np.int32)[::2]
+    plan = [np.array([0, 1], np.int32 if bad == "plan_int32" else np.int64) for _ in range(4)]
+    outs = [np.empty((n, length - (bad == "out_short")), np.int32) for _ in range(3)]
+    candidates = np.empty((n, length), np.int8 if bad == "candidates_int8" else np.bool_)
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        wire.assemble_pairs(n, length, ids, *plan, 101, 102, *outs, candidates, np.empty(n, np.int64))
+    if bad in ("out_short", "candidates_int8"):
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            wire.mask_rows(n, length, 2, 2, 103, np.zeros((n, length), np.int32), candidates, np.zeros((n, length)),
+                           np.zeros(n, np.int64), np.zeros((n, 2)), np.zeros((n, 2), np.int64), outs[0][:, :2].copy(),
+                           np.zeros((n, 2 + (bad == "out_short")), np.int32), np.zeros((n, 2), np.bool_))
+
+
+def test_mask_rows_finds_the_smallest_keys_when_few_are_small(wire):
+    """Keys far from uniform (most above the first threshold): the choice is still exact."""
+    length = 120
+    ids = np.arange(length, dtype=np.int32)[None, :].copy()
+    candidates = np.ones((1, length), np.bool_)
+    keys = 0.5 + np.arange(length)[None, :] / 1000.0
+    keys[0, 50], keys[0, 60] = 0.01, 0.02
+    out = [np.zeros((1, 6), np.int32), np.zeros((1, 6), np.int32), np.zeros((1, 6), np.bool_)]
+    assert wire.mask_rows(1, length, 5, 6, 999, ids, candidates, keys, np.array([5]), np.zeros((1, 5)),
+                          np.zeros((1, 5), np.int64), *out) is True
+    assert out[0].tolist() == [[0, 1, 2, 50, 60, 0]]
+    assert out[2].tolist() == [[True] * 5 + [False]]
+    assert ids[0, [0, 1, 2, 50, 60]].tolist() == [999] * 5
+
+
+from bert_data.windows import assemble_windows  # noqa: E402
+
+
+@st.composite
+def window_batches(draw, valid=True):
+    """A token stream (with separators and literal [CLS]/[SEP] ids in it) and windows into it that
+    fit (valid) or perhaps do not."""
+    length = draw(st.integers(2, 40))
+    size = draw(st.integers(0, 60))
+    tokens = draw(hnp.arrays(np.int32, size, elements=st.integers(0, 120) | st.sampled_from([101, 102, 7])))
+    starts, lengths = [], []
+    for _ in range(draw(st.integers(0, 8))):
+        if valid:
+            lo = draw(st.integers(0, size))
+            span = draw(st.integers(0, min(size - lo, length - 2)))
+        else:
+            lo, span = draw(st.integers(-3, size + 3)), draw(st.integers(-3, length + 1))
+        starts.append(lo)
+        lengths.append(span)
+    params = InstanceParams(length, 0.1, 2, cls_id=101, sep_id=102)
+    separator = draw(st.sampled_from([None, 7]))
+    return tokens, np.array(starts, np.int64), np.array(lengths, np.int64), params, separator
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.booleans().flatmap(lambda valid: window_batches(valid)))
+def test_assemble_windows_c_and_numpy_give_the_same_arrays(case):
+    _same_outcome(*both(lambda: _outcome(assemble_windows, *case)))
+
+
+@pytest.mark.parametrize("bad", ["tokens_int64", "starts_int32", "ids_short", "strided"])
+def test_wire_assemble_windows_refuses_bad_arrays(wire, bad):
+    n, length = 2, 6
+    tokens = np.arange(10, dtype=np.int64 if bad == "tokens_int64" else np.int32)
+    starts = np.array([0, 1], np.int32 if bad == "starts_int32" else np.int64)
+    if bad == "strided":
+        starts = np.array([0, 9, 1, 9], np.int64)[::2]
+    ids = np.empty((n, length - (bad == "ids_short")), np.int32)
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        wire.assemble_windows(n, length, tokens, starts, np.array([2, 3], np.int64), 101, 102, 0, False, ids,
+                              np.empty((n, length), np.int32), np.empty((n, length), np.bool_), np.empty(n, np.int64))

@@ -1,0 +1,340 @@
+"""``--output_format parquet`` and ``mds``: the same records as the TFRecords of the same seed,
+read back by each format's own reader (pyarrow, ``datasets``, ``streaming.StreamingDataset``),
+byte-identical for any worker count, after kill -9 and ``--resume`` and for a URL output, and
+trained on by Hugging Face's ``BertForPreTraining``.
+
+Skipped when pyarrow / datasets / mosaicml-streaming / torch are missing, except under CI.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import base_args, write_corpus, write_vocab
+
+from bert_data.config import Config
+from bert_data.format.batch_decode import decode_examples, iter_record_batches
+from bert_data.format.columns import ColumnError, from_columns, rows_to_batch, to_columns
+from bert_data.output.rewrite import shard_spec
+from bert_data.tools.create import main
+
+
+def _need(*modules: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing and not os.environ.get("CI"):
+        pytest.skip(f"needs {', '.join(missing)} (pip install 'bert_data[torch,mds]')")
+
+
+FORMATS = ("parquet", "mds")
+PACKAGE = {"parquet": ("pyarrow",), "mds": ("streaming",)}
+OBJECTIVES = {
+    "nsp": {},
+    "sop": {"sentence_order_prediction": True},
+    "mlm_only": {"mlm_only": True, "overlap_size": 4},
+    "unmasked": {"mlm_only": True, "overlap_size": 4, "disable_masking": True, "unmasked_format": "ids", "dupe_factor": 1},
+}
+LAYOUT = {"nsp": "nsp", "sop": "sop", "mlm_only": "mlm_only", "unmasked": "unmasked"}
+
+
+def _cli(args: List[str], env: Dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bert_data.tools.create", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("formats")
+    return {"metadata": write_corpus(root / "corpus", n_docs=16), "vocab": write_vocab(root / "vocab.txt"), "root": root}
+
+
+def _run(corpus, out: Path, **extra) -> Path:
+    assert main(base_args(corpus["metadata"], corpus["vocab"], out, split_num=3, **extra)) == 0
+    return out
+
+
+def _files(out: Path) -> Dict[str, bytes]:
+    """Every file a run published (the manifest without the fields naming the run's paths)."""
+    got = {}
+    for path in sorted(out.iterdir()):
+        if path.name.startswith("."):
+            continue
+        if path.name == "data_params.json":
+            data = json.loads(path.read_text())
+            for key in ("output_dir", "num_workers", "resume", "overwrite", "inputs", "bert_data_version", "runner"):
+                data.pop(key, None)
+            got[path.name] = json.dumps(data, sort_keys=True).encode()
+        else:
+            got[path.name] = path.read_bytes()
+    return got
+
+
+def _tfrecord_arrays(out: Path, config: Config) -> Dict[str, np.ndarray]:
+    """The TFRecords of a directory decoded, shard after shard (the manifest's order)."""
+    spec = shard_spec(config)
+    manifest = json.loads((out / "data_params.json").read_text())
+    parts: Dict[str, list] = {}
+    for name in manifest["instances_per_shard"]:
+        for batch in iter_record_batches(str(out / name)):
+            arrays, decoded = decode_examples(batch.data, batch.starts, batch.lengths, spec.features)
+            assert decoded.all()
+            for key, value in arrays.items():
+                parts.setdefault(key, []).append(value)
+    return {key: np.concatenate(value) for key, value in parts.items()}
+
+
+def _config(**extra) -> Config:
+    return Config(max_seq_length=32, max_predictions_per_seq=5, **extra)
+
+
+def _read_rows(fmt: str, out: Path, tmp_path: Path) -> List[Dict]:
+    """Every row, in shard order, through the format's own reader."""
+    manifest = json.loads((out / "data_params.json").read_text())
+    if fmt == "parquet":
+        import datasets
+
+        files = [str(out / name) for name in manifest["instances_per_shard"]]
+        ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
+        return [ds[i] for i in range(len(ds))]
+    from bert_data.format.mds import streaming_base
+
+    dataset = streaming_base().StreamingDataset(local=str(out), shuffle=False, batch_size=1)
+    return [dataset[i] for i in range(len(dataset))]
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_formats_own_reader_returns_the_tfrecords_records(corpus, tmp_path, fmt, objective) -> None:
+    _need(*PACKAGE[fmt], "datasets")
+    flags = OBJECTIVES[objective]
+    reference = _run(corpus, tmp_path / "tfrecord", **flags)
+    out = _run(corpus, tmp_path / fmt, output_format=fmt, **flags)
+    config = _config(**{k: v for k, v in flags.items() if k not in ("dupe_factor",)})
+    want = _tfrecord_arrays(reference, config)
+    rows = _read_rows(fmt, out, tmp_path)
+    layout = LAYOUT[objective]
+    got = from_columns(rows_to_batch(rows, layout), layout, 32, 5)
+    assert sorted(got) == sorted(want)
+    mismatches = sum(int((~np.all(got[k] == want[k], axis=1)).sum()) for k in want)
+    assert len(rows) == len(want["input_ids"]) > 0 and mismatches == 0
+    manifest = json.loads((out / "data_params.json").read_text())
+    tf_manifest = json.loads((reference / "data_params.json").read_text())
+    assert manifest["output_format"] == fmt and "output_format" not in tf_manifest
+    assert manifest["n_examples"] == tf_manifest["n_examples"] == sum(manifest["instances_per_shard"].values())
+    assert all((out / name).is_file() for name in manifest["instances_per_shard"])
+
+
+def test_parquet_columns_are_unpadded_and_named_for_hugging_face(corpus, tmp_path) -> None:
+    _need("pyarrow")
+    import pyarrow.parquet as pq
+
+    out = _run(corpus, tmp_path / "p", output_format="parquet")
+    table = pq.read_table(out / "examples-1.parquet")
+    assert table.column_names == ["input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_label"]
+    lengths = [len(x) for x in table.column("input_ids").to_pylist()]
+    assert min(lengths) < 32 and max(lengths) <= 32  # unpadded
+    assert [len(x) for x in table.column("token_type_ids").to_pylist()] == lengths
+    metadata = pq.ParquetFile(out / "examples-1.parquet").metadata
+    assert metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_same_bytes_for_any_worker_count_and_a_url_output(corpus, tmp_path, fmt) -> None:
+    _need(*PACKAGE[fmt])
+    outputs = [_run(corpus, tmp_path / f"w{n}", output_format=fmt, num_workers=n) for n in (1, 2, 3)]
+    url = tmp_path / "url"
+    assert main(base_args(corpus["metadata"], corpus["vocab"], f"file://{url}", split_num=3, output_format=fmt)) == 0
+    first = _files(outputs[0])
+    assert len(first) >= 4
+    for other in outputs[1:] + [url]:
+        assert _files(other) == first
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("crash_at, workers", [("checkpointed:1", 1), ("appended:2", 2), ("published:0", 1)])
+def test_kill_then_resume_gives_the_clean_bytes(corpus, tmp_path, fmt, crash_at, workers) -> None:
+    _need(*PACKAGE[fmt])
+    clean = _run(corpus, tmp_path / "clean", output_format=fmt)
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=3, output_format=fmt, num_workers=workers)
+    killed = _cli(args, env={"BERT_DATA_CRASH_AT": crash_at})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "data_params.json").exists()
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert _files(out) == _files(clean)
+    assert not (out / ".bert_data_work").exists()
+
+
+@pytest.mark.parametrize("crash_at", ["indexed:1", "published:0"])
+def test_a_url_output_killed_then_resumed_gives_the_clean_bytes(corpus, tmp_path, crash_at) -> None:
+    _need("pyarrow", "streaming")
+    for fmt in FORMATS:
+        clean = _run(corpus, tmp_path / f"clean-{fmt}", output_format=fmt)
+        out = tmp_path / f"url-{fmt}"
+        args = base_args(corpus["metadata"], corpus["vocab"], f"file://{out}", split_num=3, output_format=fmt)
+        assert _cli(args, env={"BERT_DATA_CRASH_AT": crash_at}).returncode == -signal.SIGKILL
+        resumed = _cli(args + ["--resume"])
+        assert resumed.returncode == 0, resumed.stderr
+        assert _files(out) == _files(clean)
+
+
+def test_a_resume_with_another_format_is_refused_naming_the_flag(corpus, tmp_path) -> None:
+    _need("pyarrow")
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=3, output_format="parquet")
+    assert _cli(args, env={"BERT_DATA_CRASH_AT": "checkpointed:0"}).returncode == -signal.SIGKILL
+    other = _cli(base_args(corpus["metadata"], corpus["vocab"], out, split_num=3) + ["--resume"])
+    assert other.returncode == 2 and "output_format" in other.stderr and "Traceback" not in other.stderr
+
+
+def test_overwrite_replaces_a_previous_runs_mds_pieces_and_index(corpus, tmp_path) -> None:
+    _need("streaming", "pyarrow")
+    out = _run(corpus, tmp_path / "out", output_format="mds", num_output_files=4)
+    assert (out / "index.json").exists() and (out / "examples-4.00000.mds").exists()
+    _run(corpus, out, output_format="parquet", overwrite=True)
+    left = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert left == ["data_params.json", "examples-1.parquet", "examples-2.parquet", "examples-3.parquet"]
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"output_format": "csv"}, "--output_format"),
+        ({"output_format": "parquet", "compression": "gzip"}, "--compression gzip is for TFRecords"),
+        ({"output_format": "mds", "packing": True}, "drop --packing"),
+        ({"output_format": "parquet", "mlm_only": True, "disable_masking": True}, "--unmasked_format ids"),
+        ({"output_format": "parquet", "runner": "beam"}, "--runner beam writes TFRecords only"),
+    ],
+)
+def test_a_format_the_run_cannot_write_is_one_line_exit_2(corpus, tmp_path, extra, needle) -> None:
+    done = _cli(base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", **extra))
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert any(needle in line for line in lines) and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+ROWS = st.integers(1, 12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_columns_round_trip_exactly_and_refuse_what_they_cannot_hold(data) -> None:
+    n = data.draw(ROWS)
+    seq, pred = 16, 4
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    lengths = rng.integers(5, seq + 1, n)
+    predictions = rng.integers(0, pred + 1, n)
+    real = np.arange(seq)[None, :] < lengths[:, None]
+    used = np.arange(pred)[None, :] < predictions[:, None]
+    features = {
+        "input_ids": np.where(real, rng.integers(1, 40000, (n, seq)), 0),
+        "input_mask": real.astype(np.int64),
+        "segment_ids": np.where(real & (np.arange(seq)[None, :] >= 3), 1, 0),
+        "masked_lm_positions": np.where(used, rng.integers(1, 5, (n, pred)), 0),
+        "masked_lm_ids": np.where(used, rng.integers(1, 40000, (n, pred)), 0),
+        "masked_lm_weights": used.astype(np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (n, 1)),
+    }
+    back = from_columns(to_columns(features, "nsp"), "nsp", seq, pred)
+    assert all(np.array_equal(back[k], features[k]) and back[k].dtype == features[k].dtype for k in features)
+    row, column = data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, seq - 1))
+    broken = dict(features, input_ids=features["input_ids"].copy())
+    broken["input_ids"][row, column] = 0 if real[row, column] else 7
+    if real[row, column]:
+        assert np.array_equal(from_columns(to_columns(broken, "nsp"), "nsp", seq, pred)["input_ids"], broken["input_ids"])
+    else:
+        with pytest.raises(ColumnError):
+            to_columns(broken, "nsp")  # a non-zero past the row's length would be lost
+    holey = dict(features, input_mask=features["input_mask"].copy())
+    holey["input_mask"][row, 0] = 0
+    with pytest.raises(ColumnError):
+        to_columns(holey, "nsp")  # a mask that is not a prefix of ones
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bert_for_pretraining_trains_from_each_format(corpus, tmp_path, fmt) -> None:
+    _need(*PACKAGE[fmt], "datasets", "torch", "transformers")
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    from bert_data.reader.collate import PretrainingCollator
+
+    out = _run(corpus, tmp_path / fmt, output_format=fmt)
+    if fmt == "parquet":
+        import datasets
+
+        files = sorted(glob.glob(str(out / "*.parquet")))
+        dataset = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
+    else:
+        from bert_data.format.mds import streaming_base
+
+        dataset = streaming_base().StreamingDataset(local=str(out), shuffle=False, batch_size=8)
+    torch.manual_seed(0)
+    vocab_size = len(corpus["vocab"].read_text().split("\n"))
+    model = BertForPreTraining(BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=32))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, collate_fn=PretrainingCollator())
+    losses = []
+    for _ in range(3):
+        for batch in loader:
+            loss = model(**batch).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert len(losses) >= 3 * 19 and all(np.isfinite(losses))
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])  # it learns from the rows
+
+
+def _normalised(text: str, out: Path) -> str:
+    """An inspect report with the directory and file names of one format taken out."""
+    text = text.replace(str(out), "DIR")
+    for suffix in (".00000.mds", ".parquet", ".tfrecords"):
+        text = text.replace(suffix, ".SHARD")
+    return text
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_inspect_reads_each_format_to_the_tfrecords_verdict(corpus, tmp_path, fmt, capsys) -> None:
+    _need(*PACKAGE[fmt])
+    from bert_data.tools import inspect as insp
+
+    reference = _run(corpus, tmp_path / "tfrecord")
+    out = _run(corpus, tmp_path / fmt, output_format=fmt)
+    capsys.readouterr()
+    reports = {}
+    for directory in (reference, out):
+        for mode in (["--stats"], ["-n", "3"]):
+            assert insp.main([str(directory), *mode, "--vocab_file", str(corpus["vocab"])]) == 0
+            reports[directory, mode[0]] = _normalised(capsys.readouterr().out, directory)
+    assert reports[out, "--stats"] == reports[reference, "--stats"] and "\nOK" in reports[out, "--stats"]
+    assert reports[out, "-n"] == reports[reference, "-n"] and "record 2" in reports[out, "-n"]
+    # a damaged file is reported as unreadable, never passed
+    victim = sorted(p for p in out.iterdir() if p.suffix in (".parquet", ".mds"))[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    assert insp.main([str(out), "--stats", "--vocab_file", str(corpus["vocab"])]) != 0
+    assert "unreadable" in capsys.readouterr().out
+
+
+def test_tfrecord_readers_refuse_a_parquet_directory_naming_its_reader(corpus, tmp_path) -> None:
+    _need("pyarrow")
+    from bert_data.errors import RecordFormatError
+    from bert_data.format.manifest import directory_reads, load_manifest
+
+    out = _run(corpus, tmp_path / "p", output_format="parquet")
+    with pytest.raises(RecordFormatError, match=r"holds parquet files .*datasets.load_dataset\('parquet'"):
+        directory_reads(str(out), load_manifest(str(out)), (), [])

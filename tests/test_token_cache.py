@@ -1,0 +1,327 @@
+"""The token cache: `bert-data tokenize` once, `create_tfrecords --from_tokens DIR` for any run.
+
+A run from the cache must write the bytes and counts of the run from the text (NSP, SOP,
+MLM-only, --packing, 1 and 2 workers, --resume after kill -9); the cache's shards must be what
+Megatron's own ``IndexedDataset`` reads; a cache of other settings, or an incomplete or damaged
+one, is one line and exit 2; tokenize is atomic and completes when run again after a kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import base_args, make_group, write_corpus, write_vocab
+from bert_data.format.indexed import check_consistent, index_bytes, parse_index, token_dtype
+from bert_data.token_cache import (
+    TokenizedUnit, check_group_files, group_file, read_group_cache, read_sidecar, write_group_cache,
+)
+from bert_data.tools.main import main as bert_data_main
+
+MANIFEST = "data_params.json"
+# What a run from the cache records besides the run from the text: where it ran, from what
+BOOKKEEPING = {"output_dir", "from_tokens", "num_workers", "resume", "overwrite"}
+
+
+def _cli(tool: str, args: List[str], env: Dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bert_data.tools.main", tool, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def _tokenize_args(corpus: Dict[str, Path], out: Path, **extra: object) -> List[str]:
+    """tokenize's flags: base_args' input, vocabulary and plan flags."""
+    args = base_args(corpus["metadata"], corpus["vocab"], out, **extra)
+    keep, skip = [], {"--max_seq_length", "--max_predictions_per_seq", "--dupe_factor", "--num_output_files"}
+    i = 0
+    while i < len(args):
+        if args[i] in skip:
+            i += 2
+            continue
+        keep.append(args[i])
+        i += 1
+    return keep
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("token_cache")
+    metadata = write_corpus(root / "corpus", n_docs=24)
+    vocab = write_vocab(root / "vocab.txt")
+    cache = root / "cache"
+    corpus = {"metadata": metadata, "vocab": vocab, "cache": cache, "root": root}
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4), "--quiet"]) == 0
+    return corpus
+
+
+def _same_output(out: Path, reference: Path) -> None:
+    names = sorted(p.name for p in reference.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))
+    assert names and sorted(p.name for p in out.iterdir() if p.is_file() and p.name != MANIFEST
+                            and not p.name.startswith(".")) == names
+    for name in names:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    got, want = (json.loads((d / MANIFEST).read_text()) for d in (out, reference))
+    assert {k: v for k, v in got.items() if k not in BOOKKEEPING} == {k: v for k, v in want.items() if k not in BOOKKEEPING}
+    assert got["from_tokens"] == str(_cache_of(out)) and "from_tokens" not in want
+
+
+def _cache_of(out: Path) -> str:
+    return json.loads((out / MANIFEST).read_text())["from_tokens"]
+
+
+@pytest.mark.parametrize("extra", [
+    {},  # NSP
+    {"sentence_order_prediction": True, "mask_whole_word": True},
+    {"mlm_only": True, "max_seq_length": 48},
+    {"mlm_only": True, "allow_cross_document_examples": True, "disable_masking": True},
+    {"packing": True, "max_seq_length": 64},
+    {"num_workers": 2, "max_seq_length": 40},
+    {"output_format": "parquet"},
+], ids=["nsp", "sop-wwm", "mlm-only", "mlm-cross-unmasked", "packing", "2-workers", "parquet"])
+def test_from_tokens_writes_the_bytes_of_the_run_from_text(corpus, tmp_path: Path, extra: Dict[str, object]) -> None:
+    if extra.get("output_format") == "parquet":
+        pytest.importorskip("pyarrow")
+    raw, cached = tmp_path / "raw", tmp_path / "cached"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4, **extra), "--quiet"]) == 0
+    args = base_args(corpus["metadata"], corpus["vocab"], cached, split_num=4, from_tokens=corpus["cache"], **extra)
+    assert bert_data_main(["create", *args, "--quiet"]) == 0
+    _same_output(cached, raw)
+
+
+def test_the_nsp_pool_is_kept_in_the_cache_and_read_back(corpus, tmp_path: Path) -> None:
+    """The first NSP run from a cache keeps its negative pool there (pool-*.npz); the next run with
+    that seed reads it and writes the same bytes; a damaged pool file is built anew."""
+    cache = _copy_cache(corpus, tmp_path)
+    for pool in cache.glob("pool-*"):
+        pool.unlink()
+    raw = tmp_path / "raw"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4, seed=7), "--quiet"]) == 0
+    for attempt in range(3):
+        out = tmp_path / f"cached{attempt}"
+        args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4, seed=7, from_tokens=cache)
+        assert bert_data_main(["create", *args, "--quiet"]) == 0
+        pools = list(cache.glob("pool-*"))
+        assert len(pools) == 1 and pools[0].suffix == ".npz" and pools[0].stat().st_size > 100
+        _same_output(out, raw)
+        if attempt == 0:
+            written = pools[0].stat().st_ino
+        if attempt == 1:
+            assert pools[0].stat().st_ino == written  # read back, not made again
+            pools[0].write_bytes(pools[0].read_bytes()[:100])
+
+
+def test_resume_after_kill_9_from_tokens_is_byte_identical(corpus, tmp_path: Path) -> None:
+    raw, cached = tmp_path / "raw", tmp_path / "cached"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0
+    args = base_args(corpus["metadata"], corpus["vocab"], cached, split_num=4, from_tokens=corpus["cache"])
+    killed = _cli("create", args, env={"BERT_DATA_CRASH_AT": "appended:2"})
+    assert killed.returncode == -signal.SIGKILL
+    assert not (cached / MANIFEST).exists()
+    resumed = _cli("create", args + ["--resume", "--num_workers", "2"])
+    assert resumed.returncode == 0, resumed.stderr
+    _same_output(cached, raw)
+
+
+def test_a_raw_run_resumes_from_tokens(corpus, tmp_path: Path) -> None:
+    """--from_tokens changes no byte, so it is not an output setting: a run killed while reading the
+    text can be finished from the cache."""
+    raw, mixed = tmp_path / "raw", tmp_path / "mixed"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0
+    args = base_args(corpus["metadata"], corpus["vocab"], mixed, split_num=4)
+    assert _cli("create", args, env={"BERT_DATA_CRASH_AT": "checkpointed:1"}).returncode == -signal.SIGKILL
+    resumed = _cli("create", args + ["--resume", "--from_tokens", str(corpus["cache"])])
+    assert resumed.returncode == 0, resumed.stderr
+    _same_output(mixed, raw)
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip() and " WARNING " not in line]  # (warnings: logged)
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"do_lower_case": False}, "--do_lower_case"),
+    ({"single_sentence_per_line": True}, "--single_sentence_per_line"),
+    ({"split_num": 5}, "--split_num"),
+    ({"group_bytes": "1M"}, "--group_bytes"),
+    ({"other_vocab": True}, "another vocabulary"),
+])
+def test_a_cache_of_other_settings_is_refused_in_one_line(corpus, tmp_path: Path, change, named: str) -> None:
+    change = dict(change)
+    vocab = corpus["vocab"]
+    if change.pop("other_vocab", False):
+        vocab = write_vocab(tmp_path / "vocab.txt", extra=["zebra"])
+    flags = {"split_num": 4, "from_tokens": corpus["cache"], **change}
+    args = base_args(corpus["metadata"], vocab, tmp_path / "out", **flags)
+    if change.get("do_lower_case") is False:
+        args.remove("--do_lower_case")
+    done = _cli("create", args)
+    _one_line_error(done, named, str(corpus["cache"]))
+    assert not (tmp_path / "out" / MANIFEST).exists()
+
+
+def _copy_cache(corpus, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "cache"
+    shutil.copytree(corpus["cache"], copy)
+    return copy
+
+
+@pytest.mark.parametrize("damage", ["missing_bin", "truncated_bin", "missing_sidecar", "no_manifest", "bad_idx", "flipped_bin"])
+def test_a_damaged_or_partial_cache_is_one_line_naming_the_file(corpus, tmp_path: Path, damage: str) -> None:
+    cache = _copy_cache(corpus, tmp_path)
+    target = {
+        "missing_bin": group_file(str(cache), 1, ".bin"), "truncated_bin": group_file(str(cache), 2, ".bin"),
+        "missing_sidecar": group_file(str(cache), 3, ".json"), "no_manifest": str(cache / "tokens.json"),
+        "bad_idx": group_file(str(cache), 0, ".idx"), "flipped_bin": group_file(str(cache), 4, ".bin"),
+    }[damage]
+    if damage == "truncated_bin":
+        data = Path(target).read_bytes()
+        Path(target).write_bytes(data[: len(data) // 2])
+    elif damage == "flipped_bin":  # same size, one token changed
+        data = bytearray(Path(target).read_bytes())
+        data[10] ^= 1
+        Path(target).write_bytes(bytes(data))
+    elif damage == "bad_idx":  # same size, a lie inside: the document indices
+        data = bytearray(Path(target).read_bytes())
+        data[-8:] = (10**9).to_bytes(8, "little")
+        Path(target).write_bytes(bytes(data))
+    else:
+        os.remove(target)
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache)
+    _one_line_error(_cli("create", args), os.path.basename(target))
+
+
+def test_a_changed_document_is_refused(tmp_path: Path) -> None:
+    corpus = {"metadata": write_corpus(tmp_path / "corpus", n_docs=6), "vocab": write_vocab(tmp_path / "vocab.txt")}
+    cache = tmp_path / "cache"
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache), "--quiet"]) == 0
+    document = corpus["metadata"].parent / "docs" / "doc002.txt"
+    document.write_text(document.read_text() + "One more sentence.\n")
+    done = _cli("create", base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", from_tokens=cache))
+    _one_line_error(done, "changed since the cache was made")
+
+
+def test_tokenize_killed_then_run_again_completes_the_same_cache(corpus, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    args = _tokenize_args(corpus, cache, split_num=4)
+    killed = _cli("tokenize", args, env={"BERT_DATA_CRASH_AT": "tokenized:2"})
+    assert killed.returncode == -signal.SIGKILL
+    assert not (cache / "tokens.json").exists() and (cache / "g000000001.json").exists()
+    assert not (cache / "g000000002.json").exists()
+    done = _cli("create", base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache))
+    _one_line_error(done, "tokens.json", "tokenize again")
+    first = (cache / "g000000000.bin").stat().st_ino
+    again = _cli("tokenize", args + ["--num_workers", "2"])
+    assert again.returncode == 0, again.stderr
+    assert (cache / "g000000000.bin").stat().st_ino == first  # a finished group is kept, not remade
+    for path in sorted(corpus["cache"].iterdir()):
+        if path.name.startswith("g"):
+            assert (cache / path.name).read_bytes() == path.read_bytes(), path.name
+    got, want = (json.loads((d / "tokens.json").read_text()) for d in (cache, corpus["cache"]))
+    assert got["groups"] == want["groups"] and got["counts"] == want["counts"] and got["inputs"] == want["inputs"]
+    assert not list(cache.glob("*.tmp")) and not (cache / "tokenize_run.json").exists()
+
+
+def test_tokenize_takes_no_instance_flag_and_refuses_another_cache(corpus, tmp_path: Path) -> None:
+    _one_line_error(_cli("tokenize", _tokenize_args(corpus, tmp_path / "c") + ["--max_seq_length", "512"]),
+                    "--max_seq_length", "create_tfrecords --from_tokens")
+    other = _cli("tokenize", _tokenize_args(corpus, corpus["cache"], split_num=3))
+    _one_line_error(other, "--overwrite")
+    same = _cli("tokenize", _tokenize_args(corpus, corpus["cache"], split_num=4))
+    assert same.returncode == 0, same.stderr
+
+
+def test_the_cache_is_megatrons_indexed_dataset(corpus, tmp_path: Path) -> None:
+    """Read by Megatron's own class (megatron-core, the torch extra): every sentence of every group
+    is the sentence we read back, documents where the sidecar's units put them; and Megatron's own
+    builder, given those documents, writes the very bytes of our .bin and .idx."""
+    try:
+        with warnings.catch_warnings():  # (its import warns that NVIDIA's Transformer Engine is absent: not needed here)
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("megatron-core is not installed (pip install 'bert_data[torch]')")
+    manifest = json.loads((corpus["cache"] / "tokens.json").read_text())
+    assert manifest["dtype"] == "uint16" and len(manifest["groups"]) == 6
+    for group_index in range(len(manifest["groups"])):
+        dataset = IndexedDataset(group_file(str(corpus["cache"]), group_index, ""))
+        units, _ = read_group_cache(str(corpus["cache"]), group_index, None)
+        sentences = [g.ids[g.sent_offsets[s]:g.sent_offsets[s + 1]] for g in (u.group for u, _ in units)
+                     for s in range(len(g.sent_offsets) - 1)]
+        assert len(dataset) == len(sentences) and dataset.index.dtype == np.uint16
+        for s, sentence in enumerate(sentences):
+            assert np.array_equal(dataset[s].astype(np.int32), sentence)
+        starts = [0]
+        for unit, _ in units:
+            starts += [starts[-1] + d - unit.group.doc_starts[0] for d in unit.group.doc_starts[1:]]
+        assert dataset.document_indices.tolist() == starts
+        prefix = str(tmp_path / f"megatron{group_index}")
+        builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+        for first, last in zip(starts[:-1], starts[1:]):
+            builder.add_document(np.concatenate(sentences[first:last]),  # (numpy.array(...) of it: as of a tensor)
+                                 [len(sentence) for sentence in sentences[first:last]])
+        builder.finalize(prefix + ".idx")
+        for suffix in (".bin", ".idx"):
+            mine = Path(group_file(str(corpus["cache"]), group_index, suffix)).read_bytes()
+            assert Path(prefix + suffix).read_bytes() == mine, suffix
+
+
+# --- the format itself: round trips of the pure writer and reader --------------------------------
+
+units_strategy = st.lists(  # units: each a list of documents, each a list of sentence lengths (0: dropped)
+    st.lists(st.lists(st.integers(1, 9), min_size=1, max_size=4), min_size=0, max_size=4), min_size=0, max_size=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(units_strategy, st.booleans(), st.integers(0, 2**64 - 1))
+def test_group_cache_round_trip(tmp_path_factory, layout, wide: bool, origin_seed: int) -> None:
+    directory = str(tmp_path_factory.mktemp("round_trip"))
+    rng = np.random.default_rng(origin_seed % 2**32)
+    vocab_size = 70000 if wide else 30522
+    written = []
+    for index, documents in enumerate(layout):
+        per_doc = [[rng.integers(0, vocab_size, n).astype(np.int32) for n in doc] for doc in documents]
+        group = make_group(per_doc)
+        origins = [int(x) for x in rng.integers(0, 2**64 - 1, group.n_docs, dtype=np.uint64, endpoint=True)]  # 64-bit hashes
+        written.append((TokenizedUnit(index, group, origins), {"tokens": int(len(group.ids)), f"u{index}": 0}))
+    sizes = write_group_cache(directory, 7, "digest", written, {"tail": 1}, token_dtype(vocab_size))
+    check_group_files(directory, 7, sizes)
+    units, tail = read_group_cache(directory, 7, "digest")
+    assert tail == {"tail": 1} and len(units) == len(written)
+    for (got, got_stats), (want, want_stats) in zip(units, written):
+        assert got.index == want.index and got_stats == want_stats and got.origins == want.origins
+        assert got.group.ids.dtype == np.int32 and np.array_equal(got.group.ids, want.group.ids)
+        assert np.array_equal(got.group.sent_offsets, want.group.sent_offsets)
+        assert got.group.doc_starts == list(want.group.doc_starts)
+    with pytest.raises(Exception, match="other documents"):
+        read_sidecar(directory, 7, "another plan")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 50), max_size=20), st.sampled_from([np.uint16, np.int32]), st.data())
+def test_index_bytes_parse_back(lengths, dtype, data) -> None:
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(lengths)), max_size=5))) | {0, len(lengths)})
+    index = index_bytes(np.asarray(lengths, dtype=np.int32), np.asarray(cuts), np.dtype(dtype))
+    got_dtype, got_lengths, pointers, indices = parse_index(index)
+    assert got_dtype == np.dtype(dtype) and got_lengths.tolist() == lengths and indices.tolist() == cuts
+    check_consistent(got_dtype, got_lengths, pointers, indices, sum(lengths) * np.dtype(dtype).itemsize)
+    with pytest.raises(ValueError):
+        parse_index(index[:-1])
+    with pytest.raises(ValueError):
+        check_consistent(got_dtype, got_lengths, pointers, indices, sum(lengths) * np.dtype(dtype).itemsize + 2)
