@@ -104,7 +104,7 @@ class Config:
         for f in fields(self):
             if f.name in DERIVED_SETTINGS or (f.name in PACKING_SETTINGS and not self.packing):
                 continue
-            if f.name == "output_format" and self.output_format == "tfrecord":
+            if f.name == "output_format" and self.output_format == LEFT_OUT_AT_DEFAULT["output_format"]:
                 continue  # as for packing: TFRecord runs' settings and manifests stay what they were
             if f.name == "from_tokens" and not self.from_tokens:
                 continue  # so do the settings and manifests of runs from the text
@@ -127,6 +127,10 @@ FIELD_NAMES = tuple(f.name for f in fields(Config))
 # Recorded (manifest, --resume, --print_config) only with --packing, so that the settings and
 # manifests of unpacked runs stay exactly what they were before packing existed.
 PACKING_SETTINGS = frozenset({"packing", "max_sequences_per_pack"})
+# Settings a run's settings (and its manifest) leave out at their defaults, so runs that predate
+# them keep their bytes. A resume compares them as these defaults where one side lacks them (a
+# finished packed or Parquet run is not "continued" by an unpacked TFRecord command).
+LEFT_OUT_AT_DEFAULT = {"packing": False, "output_format": "tfrecord"}
 MOST_SEQUENCES_PER_PACK = 64
 
 # Fields the plan derives from the inputs, the sizes and the seed, never set by a user: not in
@@ -468,7 +472,7 @@ def _validate_output_format(config: Config) -> None:
                        packing=config.packing)
     problem = container.supports(layout) or container.settings_problem(config)
     if problem:
-        fix = "; pass --unmasked_format ids" if config.disable_masking else ""
+        fix = "; pass --unmasked_format ids" if config.disable_masking and config.unmasked_format != "ids" else ""
         raise ConfigError(f"{flag}: {problem}{fix}")
     module = {"pyarrow": "pyarrow", "mosaicml-streaming": "streaming"}.get(container.package, container.package)
     if importlib.util.find_spec(module) is None:

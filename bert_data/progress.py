@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, List, Mapping, Optional, TextIO
 
-from .output.naming import shard_glob
+from .output.naming import PARQUET_SUFFIX, shard_glob
 
 __all__ = ["RunProgress", "format_postfix", "progress_enabled", "run_summary"]
 
@@ -275,7 +275,8 @@ def _next_steps(manifest: Any) -> str:
         return (f"next: check with {check}; train with NVIDIA's MLPerf BERT run_pretraining.py (--input_dir {directory} "
                 f"--packed_samples; it reads the files whose names contain 'part_': --name part_) (docs/packing.md)")
     if output_format != "tfrecord":  # Parquet / MDS: their own readers (docs/recipes.md, "Train in PyTorch")
-        reader = {"parquet": f"datasets.load_dataset('parquet', data_files='{_join(directory, '*.parquet')}')",
+        shards = _join(directory, shard_glob(str(manifest.get("name", "examples")), PARQUET_SUFFIX))
+        reader = {"parquet": f"datasets.load_dataset('parquet', data_files='{shards}')",
                   "mds": f"streaming.StreamingDataset(local='{directory}')"}.get(output_format, output_format)
         return (f"next: check with {check}; train with `{reader}` and "
                 f"`collate_fn=bert_data.reader.collate.PretrainingCollator()` (docs/recipes.md)")

@@ -109,6 +109,11 @@ class RewritingContainer(TFRecordContainer):
         """"" when the run's other settings fit the format, else why not (config.validate's line)."""
         return ""
 
+    def vocabulary_problem(self, vocab: Mapping[str, int]) -> str:
+        """"" when every id of ``vocab`` fits the format, else why not (checked at start-up, before
+        any work: a token id is only seen when a shard is rewritten, at the end)."""
+        return ""
+
     def open_shard(self, directory: str, shard_name: str, spec: ShardSpec) -> ShardWriter:
         return import_module(f"bert_data.format.{self.module}").ShardFileWriter(directory, shard_name, spec)
 
@@ -163,6 +168,16 @@ class HDF5Container(RewritingContainer):
         from .nvidia_hdf5 import unsupported
 
         return unsupported(layout)
+
+    def vocabulary_problem(self, vocab: Mapping[str, int]) -> str:
+        largest = max(vocab.values(), default=0)
+        if largest > np.iinfo(np.int16).max:
+            return (f"NVIDIA's samples hold token ids as int16, and --vocab_file has ids up to {largest}: use a "
+                    f"vocabulary of at most 32,768 entries, or another --output_format")
+        if next((token for token, index in vocab.items() if index == 0), None) != "[PAD]":
+            return ("NVIDIA's loss skips label 0 (ignore_index=0), so id 0 must be [PAD]: the first line of "
+                    "--vocab_file is not [PAD]")
+        return ""
 
     def settings_problem(self, config) -> str:
         from .nvidia_hdf5 import NVIDIA_SEQUENCES_PER_SAMPLE

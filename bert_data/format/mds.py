@@ -17,8 +17,9 @@ bytes of the samples), so the pieces are a function of the rows.
 Rows are the unpadded columns of :mod:`bert_data.format.columns` (``input_ids``,
 ``token_type_ids``, ``masked_lm_positions``, ``masked_lm_ids`` as ``ndarray`` columns,
 ``next_sentence_label`` a scalar), uncompressed (a compressed MDS file is unpacked by the reader
-beside it, into the dataset's directory), with no hashes: nothing in a piece or in the index
-depends on anything but the rows. ``streaming`` is imported only here, through
+beside it, into the dataset's directory), each piece's xxh64 in the index (a function of its bytes:
+nothing in a piece or in the index depends on anything but the rows; inspect checks every piece's
+size and hash against it, as it checks TFRecords' CRCs). ``streaming`` is imported only here, through
 :func:`streaming_base`.
 """
 
@@ -38,6 +39,7 @@ import numpy as np
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
 from .columns import ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, rows_to_batch, to_columns
 
+PIECE_HASH = "xxh64"  # each piece's hash in index.json (streaming's own hashing; xxhash is installed beside it)
 SIZE_LIMIT = 1 << 26  # bytes of one MDS piece (streaming's default; an MDS file must stay below 4 GiB)
 
 
@@ -99,7 +101,7 @@ class ShardFileWriter:
         shutil.rmtree(self._scratch, ignore_errors=True)
         writer_class = streaming_base().MDSWriter
         self._writer = writer_class(out=self._scratch, columns=mds_columns(spec.layout), compression=None,
-                                    hashes=[], size_limit=SIZE_LIMIT, max_workers=1)
+                                    hashes=[PIECE_HASH], size_limit=SIZE_LIMIT, max_workers=1)
         self.sidecar_entries: List[Dict] = []
         self._written: List[str] = []
 
@@ -156,12 +158,30 @@ def index_entry(path: str) -> Optional[Dict]:
     return None
 
 
+def check_piece(path: str, entry: Mapping) -> None:
+    """The piece at ``path`` has the size and (when the index has one) the xxh64 its
+    ``index.json`` entry records; else ValueError naming what differs."""
+    raw = entry.get("raw_data") or {}
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if raw.get("bytes") is not None and len(data) != raw["bytes"]:
+        raise ValueError(f"{len(data)} bytes where {MDS_INDEX_NAME} lists {raw['bytes']}: the file is damaged or replaced")
+    expected = (raw.get("hashes") or {}).get(PIECE_HASH)
+    if expected is not None:
+        from streaming.base.hashing import get_hash
+
+        if get_hash(PIECE_HASH, data) != expected:
+            raise ValueError(f"its {PIECE_HASH} is not the one {MDS_INDEX_NAME} lists: the file is damaged")
+
+
 def read_column_batches(path: str, layout: str, batch_rows: int = 4096) -> Iterator[ColumnBatch]:
-    """The rows of one MDS piece through streaming's own MDS reader, as column batches."""
+    """The rows of one MDS piece through streaming's own MDS reader, as column batches (the
+    piece's size and hash checked against the index first)."""
     entry = index_entry(path)
     if entry is None:
         raise ValueError(f"{path} is not listed in {os.path.join(os.path.dirname(path), MDS_INDEX_NAME)}")
     streaming_base()  # makes streaming.base importable (see there)
+    check_piece(path, entry)
     from streaming.base.format import reader_from_json
 
     reader = reader_from_json(os.path.dirname(path) or ".", None, entry)

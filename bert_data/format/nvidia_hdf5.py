@@ -42,6 +42,9 @@ and :func:`write_nvidia_hdf5` publishes it atomically at a path or URL.
 from __future__ import annotations
 
 import io
+import re
+import errno
+import contextlib
 import os
 from typing import IO, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
 
@@ -300,17 +303,32 @@ class ShardFileWriter:
         self._writer = NvidiaHDF5Writer(self.path)
 
     def write(self, features: Mapping[str, np.ndarray]) -> None:
-        self._writer.write_rows(features)
+        with _as_os_errors(self.path):
+            self._writer.write_rows(features)
 
     def close(self) -> List[Tuple[str, int]]:
-        return [(self.name, self._writer.close())]
+        with _as_os_errors(self.path):
+            return [(self.name, self._writer.close())]
 
     def abort(self) -> None:
         try:
-            self._writer.abort()
+            with contextlib.suppress(Exception):  # a file whose writes failed fails to close too
+                self._writer.abort()
         finally:
             if os.path.exists(self.path):
                 os.unlink(self.path)
+
+
+@contextlib.contextmanager
+def _as_os_errors(path: str) -> Iterator[None]:
+    """HDF5's write failures (h5py raises RuntimeError, e.g. for a full disk) as the OSError they
+    are, with the errno HDF5 reports, so the output says them in one line like any other."""
+    try:
+        yield
+    except RuntimeError as exc:
+        found = re.search(r"errno = (\d+)", str(exc))
+        number = int(found.group(1)) if found else errno.EIO
+        raise OSError(number, os.strerror(number), path) from None
 
 
 HDF5_LAYOUTS = ("nsp_packed", "sop_packed")  # NVIDIA's samples are packed rows with NSP (or SOP) labels

@@ -329,7 +329,7 @@ def _read_rewritten(path: str, output_format: str, group: Group, acc: Accumulato
             first += n
             if progress is not None:
                 progress(n, 0)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:  # pyarrow's and streaming's errors are these
+    except (OSError, ValueError, KeyError, IndexError, RuntimeError) as exc:  # pyarrow's, streaming's and h5py's errors
         return f"not a readable {output_format} file of this layout ({type(exc).__name__}: {exc})"
     return None
 

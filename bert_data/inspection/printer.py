@@ -177,7 +177,7 @@ def _examples(path: str, group: Group) -> Iterator[Tuple[str, Any]]:
                 for i in range(len(arrays["input_ids"])):
                     yield f"{path} record {index}", {name: a[i] for name, a in arrays.items()}
                     index += 1
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        except (OSError, ValueError, KeyError, IndexError, RuntimeError) as exc:
             raise RecordFormatError(f"not a readable {output_format} file ({type(exc).__name__}: {exc})") from None
         return
     try:

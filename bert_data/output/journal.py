@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Mapping, Optional
 
 from .. import storage
+from ..config import LEFT_OUT_AT_DEFAULT
 from ..errors import ResumeError
 from ..identity import newest_described, newest_mtime
 from .naming import MANIFEST_NAME, RUN_FILE, index_group
@@ -165,6 +166,7 @@ def check_same_run(settings: Mapping, previous: Mapping, where: str, finished: b
     finished run's manifest (only the keys of ``settings`` are compared). Inputs are compared
     first, so a changed vocabulary is named as such, for a local and a URL output alike."""
     check_same_inputs(settings.get("inputs", {}), previous.get("inputs"), where)
+    settings, previous = {**LEFT_OUT_AT_DEFAULT, **settings}, {**LEFT_OUT_AT_DEFAULT, **previous}
     if finished:
         previous = {k: previous.get(k) for k in settings}
     else:

@@ -138,7 +138,7 @@ def run_inputs(config) -> List[Tuple[str, str]]:
 
 def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Optional[Mapping]) -> List[str]:
     """The entries of an output directory a fresh run removes (with ``--overwrite``) or replaces:
-    the manifest, the files named like this run's shards, and the shards the previous run's
+    the manifest, the files named like this run's shards (and its format's sidecar file), and the shards the previous run's
     manifest (``previous``, its JSON object) lists, whatever their ``--name``, so that no reader
     finds them beside the new run's (:func:`~bert_data.format.manifest.listed_shard_names`)."""
     listed = set(listed_shard_names(previous, suffix)) if previous is not None else set()
@@ -148,6 +148,9 @@ def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Opt
             listed.update(listed_shard_names(previous, earlier.suffix))
         if earlier is not None and getattr(earlier, "sidecar", None):
             listed.add(earlier.sidecar)
+    current = next((c for c in CONTAINERS.values() if c.suffix == suffix), None)  # this run's format
+    if getattr(current, "sidecar", None):  # the file beside the shards it writes (MDS's index.json)
+        listed.add(current.sidecar)
     return [e for e in entries if e == MANIFEST_NAME or is_shard_of(e, name, suffix) or e in listed]
 
 

@@ -17,7 +17,9 @@ order (``tests/test_output_formats.py`` compares them record by record).
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -48,6 +50,7 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
                   ) -> Tuple[Files, object]:
     """The TFRecord shard at ``tfrecord_path`` as ``container``'s file(s) for ``shard_name`` in
     ``directory``; returns the files written with their records, and the writer's sidecar entries."""
+    _require_room(tfrecord_path, os.path.join(directory, shard_name))
     writer = container.open_shard(directory, shard_name, spec)
     try:
         for batch in iter_record_batches(tfrecord_path):
@@ -63,6 +66,16 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
         writer.abort()
         raise
     return files, getattr(writer, "sidecar_entries", None)
+
+
+def _require_room(source: str, target: str) -> None:
+    """Room for a rewritten shard before it is written: as much as its TFRecord shard (which every
+    format's file is smaller than, but for a small file's fixed overhead: 1 MiB more). Why first: HDF5 (h5py) that runs out of disk space mid-file
+    can take the process down (a segmentation fault) instead of raising; an OSError here is one
+    line and --resume continues once there is room."""
+    free = shutil.disk_usage(os.path.dirname(target) or ".").free
+    if free < os.path.getsize(source) + (1 << 20):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), target)
 
 
 def rewrite_shards(

@@ -29,6 +29,7 @@ from typing import Dict
 
 from ..config import Config
 from ..errors import ConfigError
+from ..format.containers import container_for
 from ..group import document_separator_id
 from ..token_cache import check_cache
 from ..output.object_store import check_remote_writable
@@ -58,6 +59,9 @@ def startup_checks(config: Config, local_vocab_file: str = "") -> StartupInfo:
         log.warning(warning)
     if config.mlm_only and config.allow_cross_document_examples:
         document_separator_id(config, vocab)
+    problem = container_for(config.output_format).vocabulary_problem(vocab) if config.output_format != "tfrecord" else ""
+    if problem:  # known now, not only when the shards are rewritten at the end of the run
+        raise ConfigError(f"--output_format {config.output_format}: {problem}")
     if config.spacy_model and not config.lines_are_sentences:
         check_spacy_model(config.spacy_model)
     if config.runner == "dask" and config.scheduler_file:

@@ -1,0 +1,127 @@
+"""The new output formats off the happy path (a red-team review's findings, each fixed as a class).
+
+* A finished run is not "resumed" by a command that asks for another layout: the settings a
+  manifest leaves out at their defaults (``--output_format tfrecord``, no ``--packing``) are
+  compared as those defaults.
+* A format's sidecar file (MDS's ``index.json``) is a file the run replaces: never an input.
+* ``inspect_tfrecords`` finds an MDS piece that is not the one its ``index.json`` lists (size, xxh64).
+* What NVIDIA's HDF5 layout cannot hold in a vocabulary is refused at start-up, not at publish.
+* No room for a rewritten shard is one line (HDF5 can crash on a full disk mid-file).
+* The end-of-run advice for Parquet names this run's files only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import base_args, write_corpus, write_vocab
+from bert_data.tools import create as cli
+from bert_data.tools import inspect as inspect_tool
+
+
+def _need(*modules: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI installs {', '.join(missing)}")
+        pytest.skip(f"needs {', '.join(missing)}")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile_formats")
+    metadata = write_corpus(root / "corpus", n_docs=12)
+    vocab = write_vocab(root / "vocab.txt")
+    return metadata, vocab
+
+
+def _args(corpus, out: Path, **flags):
+    metadata, vocab = corpus
+    return base_args(metadata, vocab, out, quiet=True, **flags)
+
+
+def test_a_finished_run_of_another_layout_is_not_resumed(corpus, tmp_path, capsys):
+    _need("pyarrow")
+    cases = (({"output_format": "parquet"}, {}, "--output_format was 'parquet', now 'tfrecord'"),
+             ({"packing": True}, {}, "--packing was True, now False"),
+             ({}, {"output_format": "parquet"}, "--output_format was 'tfrecord', now 'parquet'"))
+    for case, (first, then, said) in enumerate(cases):
+        out = tmp_path / f"run{case}"
+        assert cli.main(_args(corpus, out, **first)) == 0
+        listing = sorted(p.name for p in out.iterdir())
+        capsys.readouterr()
+        assert cli.main(_args(corpus, out, resume=True, **then)) == 2
+        assert said in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == listing  # nothing written, nothing removed
+
+
+def test_mds_index_is_never_an_input_and_damaged_pieces_fail_inspect(corpus, tmp_path, capsys):
+    _need("streaming", "pyarrow")
+    metadata, vocab = corpus
+    out = tmp_path / "mds"
+    out.mkdir()
+    (out / "index.json").write_bytes(metadata.read_bytes())  # the metadata file, where MDS writes its index
+    args = base_args(out / "index.json", vocab, out, input_files_prefix=str(metadata.parent), output_format="mds",
+                     overwrite=True, quiet=True)
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    assert "is a file that a run in --output_dir" in capsys.readouterr().err
+    assert (out / "index.json").read_bytes() == metadata.read_bytes()
+
+    good = tmp_path / "good"
+    assert cli.main(_args(corpus, good, output_format="mds")) == 0
+    capsys.readouterr()
+    assert inspect_tool.main([str(good), "--stats"]) == 0
+    pieces = sorted(good.glob("*.mds"))
+    assert len(pieces) == 3
+    (pieces[0]).write_bytes(pieces[1].read_bytes())  # another shard's piece in its place
+    capsys.readouterr()
+    assert inspect_tool.main([str(good), "--stats"]) == 1
+    assert "the file is damaged" in capsys.readouterr().out
+
+
+def test_nvidia_hdf5_vocabularies_are_checked_before_any_work(corpus, tmp_path, capsys):
+    _need("h5py")
+    metadata, vocab = corpus
+    lines = vocab.read_text().splitlines()
+    big = tmp_path / "big.txt"
+    big.write_text("\n".join(lines + [f"fill{i}" for i in range(40000)]) + "\n")
+    moved = tmp_path / "moved.txt"
+    moved.write_text("\n".join(lines[1:3] + lines[:1] + lines[3:]) + "\n")
+    for vocab_file, said in ((big, "at most 32,768 entries"), (moved, "id 0 must be [PAD]")):
+        out = tmp_path / vocab_file.stem
+        args = base_args(metadata, vocab_file, out, output_format="hdf5", packing=True, quiet=True)
+        capsys.readouterr()
+        assert cli.main(args) == 2
+        assert said in capsys.readouterr().err
+        assert not out.exists()
+
+
+def test_no_room_for_a_rewritten_shard_is_one_line_and_resume_finishes(corpus, tmp_path, capsys, monkeypatch):
+    _need("h5py")
+    import bert_data.output.rewrite as rewrite
+
+    real = rewrite.shutil.disk_usage
+    monkeypatch.setattr(rewrite.shutil, "disk_usage", lambda path: real(path)._replace(free=1000))
+    out = tmp_path / "full"
+    args = _args(corpus, out, output_format="hdf5", packing=True)
+    assert cli.main(args) != 0
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "--resume" in err and "Traceback" not in err
+    monkeypatch.setattr(rewrite.shutil, "disk_usage", real)
+    assert cli.main(args + ["--resume"]) == 0
+    clean = tmp_path / "clean"
+    assert cli.main(_args(corpus, clean, output_format="hdf5", packing=True)) == 0
+    assert {p.name: p.read_bytes() for p in out.glob("*.hdf5")} == {p.name: p.read_bytes() for p in clean.glob("*.hdf5")}
+
+
+def test_parquet_advice_names_this_runs_files(corpus, tmp_path, capsys):
+    _need("pyarrow")
+    metadata, vocab = corpus
+    out = tmp_path / "named"
+    assert cli.main(base_args(metadata, vocab, out, output_format="parquet", name="B")) == 0
+    assert f"data_files='{out}/B-*.parquet'" in capsys.readouterr().out
