@@ -125,3 +125,48 @@ def test_parquet_advice_names_this_runs_files(corpus, tmp_path, capsys):
     out = tmp_path / "named"
     assert cli.main(base_args(metadata, vocab, out, output_format="parquet", name="B")) == 0
     assert f"data_files='{out}/B-*.parquet'" in capsys.readouterr().out
+
+
+def test_the_tfrecord_reader_names_the_reader_of_a_rewritten_file(corpus, tmp_path):
+    _need("pyarrow", "tensorflow")
+    from bert_data.errors import RecordFormatError
+    from bert_data.reader.files import resolve_reads
+
+    out = tmp_path / "pq"
+    assert cli.main(_args(corpus, out, output_format="parquet")) == 0
+    for pattern in (str(out / "*.parquet"), str(out / "examples-1.parquet")):
+        with pytest.raises(RecordFormatError, match="is a parquet file .* read it with datasets.load_dataset"):
+            resolve_reads(pattern)
+
+
+def test_a_stopping_run_stops_rewriting_shards(corpus, tmp_path):
+    """A signal or another shard's error stops the rewrite within a batch (a writer checks between
+    batches; shards not begun are not begun), leaving no partial file behind."""
+    _need("pyarrow")
+    import threading
+
+    from bert_data.config import Config
+    from bert_data.format.containers import container_for
+    from bert_data.output.rewrite import RewriteStopped, rewrite_shard, rewrite_shards, shard_spec
+
+    out = tmp_path / "tf"
+    assert cli.main(_args(corpus, out)) == 0
+    sources = [str(p) for p in sorted(out.glob("*.tfrecords"))]
+    spec = shard_spec(Config(max_seq_length=32, max_predictions_per_seq=5))
+    stopped = threading.Event()
+    stopped.set()
+    (tmp_path / "a").mkdir()
+    with pytest.raises(RewriteStopped):
+        rewrite_shard(sources[0], container_for("parquet"), str(tmp_path / "a"), "x.parquet", spec, stopped)
+    assert not (tmp_path / "a" / "x.parquet").exists()
+
+    placed = []
+
+    def place(name: str) -> None:
+        placed.append(name)
+        raise OSError(28, "No space left on device", name)
+
+    names = [f"s-{i}.parquet" for i in range(len(sources))]
+    with pytest.raises(OSError):
+        rewrite_shards(sources, names, container_for("parquet"), str(tmp_path / "b"), spec, place, threads=1)
+    assert placed == ["s-0.parquet"]  # the shards after the failing one were never begun

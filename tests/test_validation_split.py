@@ -62,6 +62,9 @@ def test_split_errors_are_one_line(tmp_path, tiny_vocab, capsys) -> None:
         assert main(base_args(metadata, tiny_vocab, tmp_path / "o", **flags)) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("create_tfrecords: error:") and expected in err[0], err
+        # refused before either half ran: nothing is in the way of the corrected command
+        assert not (tmp_path / "o").exists(), expected
+    assert main(base_args(metadata, tiny_vocab, tmp_path / "o", validation_fraction=0.5)) == 0
 
 
 def test_beam_runner_refuses_a_one_shot_split(tmp_path, tiny_vocab, capsys) -> None:

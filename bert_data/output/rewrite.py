@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -46,8 +47,12 @@ def rewrite_threads(config) -> int:
     return max(1, min(REWRITE_THREADS, int(getattr(config, "num_workers", 1) or 1)))
 
 
-def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str, spec: ShardSpec
-                  ) -> Tuple[Files, object]:
+class RewriteStopped(Exception):
+    """The run is stopping (a signal, an error in another shard): this shard's writer gave up."""
+
+
+def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str, spec: ShardSpec,
+                  stop: Optional[threading.Event] = None) -> Tuple[Files, object]:
     """The TFRecord shard at ``tfrecord_path`` as ``container``'s file(s) for ``shard_name`` in
     ``directory``; returns the files written with their records, and the writer's sidecar entries."""
     _require_room(tfrecord_path, os.path.join(directory, shard_name))
@@ -60,6 +65,8 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
                     f"{tfrecord_path}: record {batch.first + int((~decoded).argmax())} is not a {spec.layout} record "
                     f"of this run's lengths; {shard_name} was not written (a bug: please report it)"
                 )
+            if stop is not None and stop.is_set():  # checked a batch (~1 MB of records) at a time
+                raise RewriteStopped(shard_name)
             writer.write(arrays)
         files = writer.close()
     except BaseException:
@@ -70,8 +77,8 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
 
 def _require_room(source: str, target: str) -> None:
     """Room for a rewritten shard before it is written: as much as its TFRecord shard (which every
-    format's file is smaller than, but for a small file's fixed overhead: 1 MiB more). Why first: HDF5 (h5py) that runs out of disk space mid-file
-    can take the process down (a segmentation fault) instead of raising; an OSError here is one
+    format's file is smaller than, but for a small file's fixed overhead: 1 MiB more). Why first:
+    HDF5 (h5py) that runs out of disk space mid-file can take the process down (a segmentation fault) instead of raising; an OSError here is one
     line and --resume continues once there is room."""
     free = shutil.disk_usage(os.path.dirname(target) or ".").free
     if free < os.path.getsize(source) + (1 << 20):
@@ -88,14 +95,28 @@ def rewrite_shards(
     shard order, and the container's sidecar bytes (None when it has none)."""
     os.makedirs(directory, exist_ok=True)
 
+    stop = threading.Event()  # set when the run stops: the other shards' writers give up within a batch
+
     def one(shard: int) -> Tuple[Files, object]:
-        files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec)
-        for name, _ in files:
-            place(name)
+        if stop.is_set():
+            raise RewriteStopped(names[shard])
+        try:
+            files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop)
+            for name, _ in files:
+                place(name)
+        except BaseException:
+            stop.set()  # one shard failed: the others stop too (the run fails with this shard's error)
+            raise
         return files, entries
 
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(names)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(threads, len(names))))
+    try:
         done = list(pool.map(one, range(len(names))))
+    except BaseException:  # SIGTERM / Ctrl-C in the coordinator, or a shard's error: stop the rest now
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     per_file = {name: records for files, _ in done for name, records in files}
     sidecar = container.sidecar_bytes([entries for _, entries in done]) if container.sidecar else None
     return per_file, sidecar

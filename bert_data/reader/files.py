@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import RecordFormatError
 from ..format.manifest import (
+    FORMAT_READERS,
     Manifest,
     directory_reads,
     listed_count,
@@ -37,6 +38,7 @@ from ..format.manifest import (
     load_manifest,
     named_output_manifests,
 )
+from ..format.containers import rewritten_format_of
 from ..format.tfrecord import tfrecord_compression
 from ..output.naming import natural_key, shard_glob
 from ..storage import file_kind, is_remote, require_regular_file
@@ -164,6 +166,12 @@ def resolve_reads(file_pattern: FilePattern, use_manifest: bool = True) -> FileS
             if match in seen:
                 continue
             seen.add(match)
+            other = rewritten_format_of(match)
+            if other is not None:  # a Parquet / MDS / HDF5 file is not a TFRecord: say which reader reads it
+                raise RecordFormatError(
+                    f"{match} is a {other} file (--output_format {other}), not a TFRecord: read it with "
+                    + FORMAT_READERS.get(other, "its format's own reader")
+                )
             if not is_remote(match):
                 require_regular_file(match, RecordFormatError)
             manifest = manifests.of_file(match) if use_manifest else None

@@ -39,7 +39,7 @@ from ..storage import exists as storage_exists, is_remote, join as storage_join
 from ..token_cache import check_cache_inputs
 from .dask import dask_ready, dask_session, run_groups_dask
 from .finish import finish, keep_worst, quality_warnings
-from .plan import PLAN_PREFIX, plan_run, planned_groups, remove_stale_plans, split_configs
+from .plan import PLAN_PREFIX, plan_run, planned_groups, remove_stale_plans, require_both_halves, split_configs
 from .pool import run_groups
 from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
 from .worker import GroupResult
@@ -79,6 +79,8 @@ def run_job(
             return {"": published}
     startup = startup_checks(config)
     parts = split_configs(config)
+    if len(parts) > 1:
+        require_both_halves(parts)
     lock = output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext()
     with lock, _cluster_session(config):
         return {

@@ -16,6 +16,7 @@ import tempfile
 from typing import Dict, Iterator, List, Tuple
 
 from ..config import Config
+from ..errors import ConfigError
 from ..group import group_plan, read_options
 from ..negatives import PoolSelector, encode_pool, may_range
 from ..objectives import objective_of
@@ -61,6 +62,18 @@ def split_selector(config: Config):
             "every document listed in --metadata_files is also in --validation_metadata_files: train is empty"
         )
     return None, ""
+
+
+def require_both_halves(parts: Dict[str, Config]) -> None:
+    """A train/validation job whose split leaves one half without a document is refused before
+    either half runs (the first entry that lands on each side is enough), not after train is
+    published, when the corrected command would find train's output in its way."""
+    for part in parts.values():
+        select, hint = split_selector(part)
+        if select is None:
+            continue
+        if not any(select(source) for source in iter_metadata(part.metadata_files, part.input_files_prefix)):
+            raise ConfigError(hint)
 
 
 def _held_out_selector(config: Config):
