@@ -100,23 +100,31 @@ def _unneeded_components(spacy_model: str) -> List[str]:
     return [name for name in names if name not in keep] if keep else []
 
 
+# What thinc (spaCy's ML layer) imports at its own import when installed, and a rule-based
+# sentencizer never uses: PyTorch (+175 MB, ~1 s) and CuPy, whose import initialises CUDA on a GPU
+# machine (measured on a 16-core GPU host: 5-7 CPU-s and +200 MB in every worker).
+_UNUSED_BY_THE_SENTENCIZER = ("torch", "cupy", "cupyx")
+
+
 def _import_spacy(without_torch: bool):
-    """spaCy, imported without PyTorch when the pipeline cannot need it. thinc (spaCy's ML layer)
-    imports torch whenever it is installed: +175 MB of memory and ~1 s in every worker, for a
-    rule-based sentencizer that never uses it. So unless torch is already loaded (a trainer's
-    process), ``import torch`` is made to fail while spaCy loads; thinc then runs without it in
-    this process (a named pipeline, which may need torch, imports spaCy normally)."""
+    """spaCy, imported without PyTorch and CuPy when the pipeline cannot need them: unless one is
+    already loaded (a trainer's process), importing it is made to fail while spaCy loads, and
+    thinc runs without it in this process (a named pipeline, which may need them, imports spaCy
+    normally)."""
     import sys
 
     if not without_torch or "torch" in sys.modules:
         import spacy
 
         return spacy
-    sys.modules["torch"] = None  # type: ignore[assignment]  # import torch -> ImportError
+    blocked = [name for name in _UNUSED_BY_THE_SENTENCIZER if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # import NAME -> ImportError
     try:
         import spacy
     finally:
-        del sys.modules["torch"]  # the process may still import torch itself later
+        for name in blocked:
+            del sys.modules[name]  # the process may still import them itself later
     return spacy
 
 

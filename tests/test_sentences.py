@@ -232,3 +232,25 @@ def test_fast_sentencizer_rebuilds_spacy_tokenizer_when_its_cache_is_cleared(mon
     assert got == expected
     assert segmenter.fast._tokenizer is not first_tokenizer
     assert len(segmenter.fast._cache) <= 16
+
+
+def test_the_rule_based_sentencizer_loads_without_torch_or_cupy(tmp_path):
+    """thinc imports PyTorch and CuPy whenever they are installed (CuPy initialises CUDA on a GPU
+    host: seconds and ~200 MB per worker); the rule-based sentencizer never uses them, so they are
+    not imported. Fake packages that leave a mark when imported stand in for them here."""
+    import os
+    import subprocess
+    import sys
+
+    for name in ("torch", "cupy", "cupyx"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(
+            f"open({str(tmp_path / (name + '.imported'))!r}, 'w').close()\\nraise ImportError('fake {name}')\\n")
+    code = ("from bert_data.sentences import load_spacy_pipeline; "
+            "nlp = load_spacy_pipeline(None); "
+            "print([s.text for s in nlp('One sentence here. And a second one.').sents])")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # before site-packages: the fakes shadow what is installed
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "And a second one." in done.stdout
+    assert sorted(p.name for p in tmp_path.glob("*.imported")) == []
