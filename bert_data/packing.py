@@ -234,10 +234,11 @@ class InstanceBuffer:
         self.parts: Dict[str, List[np.ndarray]] = {}
         self.n = 0
 
-    def add(self, features: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
-        """Rows ``lo:hi`` of a batch of unpacked instances."""
+    def add(self, features: Mapping[str, np.ndarray], lo: int, hi: int, real: Optional[np.ndarray] = None) -> None:
+        """Rows ``lo:hi`` of a batch of unpacked instances (``real``: their lengths, when the caller has them)."""
         mask = np.asarray(features["input_mask"][lo:hi])
-        real = mask.sum(axis=1)
+        if real is None:
+            real = mask.sum(axis=1)
         run = mask != 0
         pos = np.asarray(features["masked_lm_positions"][lo:hi])
         weights = np.asarray(features["masked_lm_weights"][lo:hi])
@@ -272,11 +273,17 @@ def pack_instances(instances: Mapping[str, np.ndarray], params: PackingParams,
                    rng: Optional[np.random.Generator]) -> Dict[str, np.ndarray]:
     """One buffer of compact instances (:class:`InstanceBuffer`) -> packed rows, shuffled by ``rng``
     (None: in the order the packs were opened)."""
-    lengths, npred = instances["length"], instances["npred"]
-    packs = best_fill(lengths, npred, params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack)
+    return assemble_rows(instances, shuffled_packs(instances, params, rng), params)
+
+
+def shuffled_packs(instances: Mapping[str, np.ndarray], params: PackingParams,
+                   rng: Optional[np.random.Generator]) -> List[List[int]]:
+    """The packs of a buffer (:func:`best_fill`), in the order ``rng`` shuffles them (None: opened)."""
+    packs = best_fill(instances["length"], instances["npred"], params.max_seq_length, params.prediction_budget,
+                      params.max_sequences_per_pack)
     if rng is not None:
         packs = [packs[p] for p in rng.permutation(len(packs)).tolist()]
-    return assemble_rows(instances, packs, params)
+    return packs
 
 
 def assemble_rows(instances: Mapping[str, np.ndarray], packs: Sequence[Sequence[int]],
@@ -423,7 +430,6 @@ class UnitPacker:
         self.held_tokens = 0
         self.rows = 0  # rows written so far (complete after finish())
         self.real_tokens = 0  # tokens of the packed instances
-        self.predictions = 0
 
     def add(self, batches: Iterable[Tuple[Mapping[str, np.ndarray], object]]) -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
         """Take a pass's batches of unpacked instances; yield the rows of every buffer they fill."""
@@ -435,7 +441,7 @@ class UnitPacker:
                 reach = np.cumsum(lengths[lo:])
                 hi = lo + int(np.searchsorted(reach, room, side="left")) + 1  # the instance that fills the buffer, included
                 hi = min(hi, count)
-                self.buffer.add(features, lo, hi)
+                self.buffer.add(features, lo, hi, lengths[lo:hi])
                 self.held_tokens += int(reach[hi - lo - 1])
                 lo = hi
                 if self.held_tokens >= self.buffer_tokens:
@@ -450,11 +456,8 @@ class UnitPacker:
         instances = self.buffer.take()
         self.held_tokens = 0
         self.real_tokens += int(instances["length"].sum())
-        self.predictions += int(instances["npred"].sum())
         params = self.params
-        packs = best_fill(instances["length"], instances["npred"], params.max_seq_length, params.prediction_budget,
-                          params.max_sequences_per_pack)
-        packs = [packs[p] for p in self.rng.permutation(len(packs)).tolist()]
+        packs = shuffled_packs(instances, params, self.rng)
         step = packed_batch_rows(params.max_seq_length)
         for lo in range(0, len(packs), step):
             chunk = packs[lo : lo + step]

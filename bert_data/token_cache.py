@@ -117,9 +117,10 @@ def write_group_cache(
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int32)
     index = index_bytes(all_lengths, np.asarray(indices, dtype=np.int64), dtype)
     sizes = {"bin_bytes": int(data.nbytes), "idx_bytes": len(index)}
+    raw = data.tobytes()
     sidecar = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "group": group_index, "plan": digest, **sizes,
-               "blake2b": _checksum(data.tobytes(), index), "units": entries, "tail": tail}
-    write_bytes(group_file(directory, group_index, ".bin"), data.tobytes())
+               "blake2b": _checksum(raw, index), "units": entries, "tail": tail}
+    write_bytes(group_file(directory, group_index, ".bin"), raw)
     write_bytes(group_file(directory, group_index, ".idx"), index)
     crash_point("tokenized", group_index)  # test hook: killed with the tokens written, the sidecar not
     write_bytes(group_file(directory, group_index, ".json"), json.dumps(sidecar, sort_keys=True).encode())

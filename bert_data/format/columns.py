@@ -64,7 +64,6 @@ _ALL_COLUMNS = (
     Column("masked_lm_ids", "masked_lm_ids", PRED_KIND, "int32"),
     Column("next_sentence_label", "next_sentence_labels", ONE_KIND, "int8"),
 )
-DERIVED_FEATURES = tuple(LENGTH_OF_KIND.values())  # not stored: they follow from the lengths
 KIND_OF_COLUMN = {c.name: c.kind for c in _ALL_COLUMNS}
 
 

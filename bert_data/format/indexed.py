@@ -21,7 +21,6 @@ knows nothing of units, origins or counters (the token cache's sidecar, :mod:`be
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
@@ -36,16 +35,6 @@ _FIXED = len(INDEX_HEADER) + 8 + 1 + 8 + 8  # header, version, dtype code, two c
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 for vocabularies under 65,536 ids (Megatron's ``DType.optimal_dtype``), else int32."""
     return np.dtype(np.uint16) if vocab_size < 65536 else np.dtype(np.int32)
-
-
-@dataclass(frozen=True)
-class IndexedData:
-    """One indexed dataset in memory: ``tokens`` of every sentence, ``lengths`` per sentence,
-    ``document_indices`` (len documents + 1, first 0)."""
-
-    tokens: np.ndarray
-    lengths: np.ndarray  # int32
-    document_indices: np.ndarray  # int64
 
 
 def index_bytes(lengths: np.ndarray, document_indices: np.ndarray, dtype: np.dtype) -> bytes:

@@ -25,6 +25,8 @@ size and hash against it, as it checks TFRecords' CRCs). ``streaming`` is import
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib.util
 import json
 import os
@@ -152,10 +154,16 @@ def read_index(directory: str) -> List[Dict]:
 def index_entry(path: str) -> Optional[Dict]:
     """The ``index.json`` entry of the piece ``path`` (None when its directory's index lacks it)."""
     directory, name = os.path.split(path)
-    for entry in read_index(directory or "."):
-        if entry.get("raw_data", {}).get("basename") == name:
-            return entry
-    return None
+    index = os.stat(os.path.join(directory or ".", MDS_INDEX_NAME))
+    entry = _entries_by_name(directory or ".", index.st_mtime_ns, index.st_size).get(name)
+    return copy.deepcopy(entry)  # the cached index stays as read, whatever a reader does with its copy
+
+
+@functools.lru_cache(maxsize=8)
+def _entries_by_name(directory: str, mtime_ns: int, size: int) -> Dict[str, Dict]:
+    """A directory's index by piece name, read once per version of the file (inspect asks for
+    every piece: re-reading the whole index each time grew with the square of the pieces)."""
+    return {entry.get("raw_data", {}).get("basename"): entry for entry in read_index(directory)}
 
 
 def check_piece(path: str, entry: Mapping) -> None:

@@ -56,7 +56,7 @@ from .packed import row_checks
 
 __all__ = ["NVIDIA_DATASETS", "NVIDIA_SEQUENCES_PER_SAMPLE", "NvidiaLayoutError", "nvidia_samples",
            "concat_samples", "NvidiaHDF5Writer", "nvidia_hdf5_bytes", "write_nvidia_hdf5", "rows_of_samples",
-           "read_samples", "read_feature_batches", "ShardFileWriter", "unsupported"]
+           "read_feature_batches", "ShardFileWriter", "unsupported"]
 
 # name -> dtype of each dataset's values, as create_packed_trainset.py creates them (lines 59-65)
 NVIDIA_DATASETS: Dict[str, str] = {
@@ -267,14 +267,6 @@ def rows_of_samples(samples: Samples, max_seq_length: int, row_predictions: int,
         rows["next_sentence_labels"][r, :d] = samples["next_sentence_labels"][r]
         rows["next_sentence_weights"][r, :d] = 1.0
     return rows
-
-
-def read_samples(path: str) -> Samples:
-    """The samples of an HDF5 file of NVIDIA's layout, whole (as NVIDIA's reader loads them)."""
-    import h5py
-
-    with h5py.File(path, "r") as handle:
-        return {name: np.asarray(handle[name][:]) for name in NVIDIA_DATASETS}
 
 
 def read_feature_batches(path: str, spec) -> Iterator[Dict[str, np.ndarray]]:

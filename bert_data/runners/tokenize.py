@@ -29,13 +29,13 @@ from ..group import Resources, StageClock, tokenized_units
 from ..metadata import MetadataSummary, WorkItem
 from ..output.lock import output_lock
 from ..token_cache import (
-    CACHE_FORMAT, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, group_done, plan_digest,
-    read_sidecar, stats_delta, write_group_cache,
+    CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, group_done,
+    plan_digest, read_sidecar, stats_delta, write_group_cache,
 )
 from ..storage import write_json_atomically
 from .plan import PLAN_PREFIX, plan, planned_groups
 from .pool import run_groups
-from .startup import input_fingerprints, segmenter_identity, startup_checks
+from .startup import input_fingerprints, startup_checks
 from .worker import named_as_given, stage_sources
 
 log = logging.getLogger("bert_data")
@@ -88,8 +88,7 @@ def run_tokenize(config: Config) -> Dict[str, Any]:
         spool = os.path.join(plan_dir, "groups.jsonl")
         summary = plan(config, spool)
         inputs = input_fingerprints(config, summary, config.vocab_file)
-        inputs["segmenter"] = segmenter_identity(config)
-        identity = {"settings": cache_settings(config), "inputs": _compared(inputs)}
+        identity = {"settings": cache_settings(config), "inputs": {k: inputs[k] for k in CACHE_INPUTS}}
         finished = _prepare(config, identity)
         if finished is not None:
             log.info("%s already holds this token cache: nothing to do", directory)
@@ -103,10 +102,6 @@ def run_tokenize(config: Config) -> Dict[str, Any]:
         write_json_atomically(os.path.join(directory, CACHE_MANIFEST), manifest)  # the commit point
         _remove(os.path.join(directory, CACHE_RUN_FILE))
     return manifest
-
-
-def _compared(inputs: Dict[str, str]) -> Dict[str, str]:
-    return {k: inputs[k] for k in ("metadata_sha256", "documents_sha256", "vocab_sha256", "segmenter")}
 
 
 def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]], directory: str) -> Iterator[TokenizedGroupFiles]:
