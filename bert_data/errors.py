@@ -108,3 +108,9 @@ def plural(count: int, word: str, many: str = "") -> str:
     """``"1 document"``, ``"2 documents"``, ``"1 entry"`` / ``"3 entries"`` (``many`` when the
     plural is not ``word + "s"``): every tool's messages count things this way."""
     return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+#: The next step after a writing tool stopped before it wrote anything; the same words whether the
+#: stop came before the tool's own handlers (:func:`bert_data.tools.endings.guarded`) or after them
+#: (:func:`bert_data.runners.job.next_step`), so a user (and a test) sees one line for one state.
+NOTHING_WRITTEN = "run the same command again (nothing was written yet)"

@@ -281,6 +281,31 @@ def test_every_tool_says_one_line_when_stdout_is_full(corpus, tmp_path, tool) ->
         f"{tool}: could not write to standard output (No space left on device); the run itself is complete")
 
 
+@pytest.mark.parametrize("module, prog", [
+    ("bert_data.tools.create", "create_tfrecords"),
+    ("bert_data.tools.google_bert", "create_pretraining_data"),
+    ("bert_data.tools.tokenize", "bert-data tokenize"),
+])
+def test_a_writing_tool_stopped_before_its_handlers_says_nothing_was_written(module, prog) -> None:
+    """A stop between the tool arming its signals and its own handlers (CI saw Ctrl-C land there)
+    says the same line as a stop after them with nothing written: one state, one line."""
+    command = [sys.executable, "-c", (
+        "import os, signal, sys\n"
+        "import bert_data.errors as errors\n"
+        "real = errors.raise_on_sigterm\n"
+        "def armed():\n"
+        "    real()\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "errors.raise_on_sigterm = armed\n"
+        "import importlib\n"
+        f"sys.exit(importlib.import_module({module!r}).main(['--help']))\n"
+    )]
+    process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert process.returncode == 129, process.stderr
+    assert _last_line(process.stderr) == (
+        f"{prog}: hung up (SIGHUP: the terminal or session closed); run the same command again (nothing was written yet)")
+
+
 @pytest.mark.parametrize("tool", ["split_metadata", "build_vocab", "inspect_tfrecords"])
 def test_every_tool_stops_in_one_line_on_sighup(corpus, tmp_path, tool) -> None:
     """SIGHUP (a closed terminal) as the tool starts its work: one line and 129, never a silent death."""

@@ -28,7 +28,7 @@ import tempfile
 from typing import Callable, Dict, Optional, Sequence
 
 from ..config import Config, output_settings
-from ..errors import BertDataError, OutputError
+from ..errors import NOTHING_WRITTEN, BertDataError, OutputError
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..metadata import MetadataSummary
 from ..output.outputs import Output, open_output
@@ -94,7 +94,7 @@ def next_step(config: Optional[Config]) -> str:
     when one of its outputs has a journal to continue, ``--overwrite`` for a Beam run that left
     its work (Beam runs are redone), else the same command again (nothing was written)."""
     if config is None:
-        return "run the same command again (nothing was written yet)"
+        return NOTHING_WRITTEN
     started = False
     for part in split_configs(config).values():
         try:
@@ -108,7 +108,7 @@ def next_step(config: Optional[Config]) -> str:
             return "continue later with --resume (same flags)"
     if started:  # a work directory without its run.json: the run stopped while it began
         return "run it again with --overwrite"
-    return "run the same command again (nothing was written yet)"
+    return NOTHING_WRITTEN
 
 
 def _resumable(part: Config, parts: int) -> Config:

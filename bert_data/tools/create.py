@@ -16,7 +16,7 @@ from typing import Any, Dict, NoReturn, Optional, Sequence
 from ..config import COMPRESSIONS, Config
 from ..format.containers import OUTPUT_FORMATS
 from ..documents import INPUT_FORMATS
-from ..errors import BertDataError, print_error
+from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
 from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
@@ -223,7 +223,7 @@ def _print_config(args: argparse.Namespace, prog: str = PROG) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
-    return guarded(prog, lambda: _main(argv, prog))
+    return guarded(prog, lambda: _main(argv, prog), then=NOTHING_WRITTEN)
 
 
 def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import BertDataError, ConfigError, print_error
+from ..errors import NOTHING_WRITTEN, BertDataError, ConfigError, print_error
 from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
 from .endings import emit, guarded, os_error, stopped
 
@@ -291,7 +291,7 @@ def _log_level(values: Dict[str, Any]) -> Optional[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return guarded(PROG, lambda: _main(argv))
+    return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN)
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from ..errors import BertDataError, print_error
+from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from .cli import resolve_log_level, unknown_log_level
 from .create import build_parser, config_from_args
 from .endings import emit, guarded, os_error, stopped
@@ -31,7 +31,7 @@ TOKENIZE_FLAGS = frozenset({
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return guarded(PROG, lambda: _main(argv))
+    return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN)
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
