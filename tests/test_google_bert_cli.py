@@ -529,3 +529,38 @@ def test_inspect_refuses_a_damaged_hidden_manifest_in_one_line(capsys, layout, c
         assert insp.main(argv) == 2
         out, err = capsys.readouterr()
         assert err.startswith(f"inspect_tfrecords: error: {hidden}: {why}") and err.count("\n") == 1, err
+
+
+def test_from_tokens_writes_the_files_of_the_run_from_text(capsys, layout):
+    """`bert-data tokenize --input_file=GLOBS` (create_pretraining_data's inputs) once, then
+    create_pretraining_data --from_tokens: the same bytes as from the text; a cache of other
+    inputs, or of another casing, is refused in one line in BERT's terms."""
+    from bert_data.tools.tokenize import main as tokenize
+
+    cache = layout["out"] / "cache"
+    assert tokenize(["--input_file=corpus/a.txt,corpus/b-*.txt", "--vocab_file", str(layout["vocab"]),
+                     "--do_lower_case", "--output_dir", str(cache), "--num_workers", "1", "--quiet"]) == 0
+    common = ["--input_file=corpus/a.txt,corpus/b-*.txt", f"--vocab_file={layout['vocab']}", "--dupe_factor=3",
+              "--num_workers=2", "--quiet"]
+    text, cached = layout["out"] / "text.tfrecord", layout["out"] / "cached.tfrecord"
+    assert run(capsys, *common, f"--output_file={text}")[0] == 0
+    code, _, err = run(capsys, *common, f"--output_file={cached}", f"--from_tokens={cache}")
+    assert code == 0, err
+    assert cached.read_bytes() == text.read_bytes() and len(records(cached)) > 0
+    assert manifest_of(cached)["n_examples"] == manifest_of(text)["n_examples"]
+    assert "from_tokens" in one_line_error(capsys, "--input_file=corpus/a.txt", f"--vocab_file={layout['vocab']}",
+                                           f"--output_file={cached}", f"--from_tokens={cache}", "--quiet")
+    err = one_line_error(capsys, *common, "--nodo_lower_case", f"--output_file={cached}", f"--from_tokens={cache}")
+    assert "--do_lower_case" in err
+
+
+def test_tokenize_input_file_is_one_way_of_naming_inputs(capsys, layout):
+    from bert_data.tools.tokenize import main as tokenize
+
+    base = ["--vocab_file", str(layout["vocab"]), "--output_dir", str(layout["out"] / "c"), "--quiet"]
+    assert tokenize(["--input_file=corpus/a.txt", "--metadata_files", "m.txt", *base]) == 2
+    assert tokenize(["--input_file=corpus/a.txt", "--input_format", "text", *base]) == 2
+    assert tokenize(["--input_file=corpus/none-*.txt", *base]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("bert-data tokenize: error: ") for line in err), err
+    assert "give one of them" in err[0] and "--input_format text" in err[1] and "matches no file" in err[2]

@@ -57,6 +57,8 @@ BERT_FLAGS = (
 EXTRA_FLAGS = (
     Flag("num_workers", "integer", None, "bert_data: worker processes (default: usable cores); the output does not "
          "depend on it."),
+    Flag("from_tokens", "string", None, "bert_data: a token cache made from these inputs by `bert-data tokenize "
+         "--input_file=... --vocab_file=... --do_lower_case`: read, not the text (byte-identical output)."),
     Flag("resume", "bool", False, "bert_data: continue an interrupted run with the same flags (byte-identical output)."),
     Flag("quiet", "bool", False, "bert_data: no progress bar; log level WARNING unless --log_level is given."),
     Flag("log_level", "string", None, "bert_data: logging level (DEBUG, INFO, WARNING, ERROR; default INFO)."),
@@ -280,6 +282,8 @@ def build_run(values: Dict[str, Any]):
         "num_workers": values["num_workers"],
         "metadata_files": (os.path.join(staging, INPUT_LIST_NAME),),
     }
+    if values["from_tokens"] is not None:
+        overrides["from_tokens"] = values["from_tokens"]
     config = build_config(overrides)  # checked before anything is written
     if not values["resume"] or os.path.isdir(staging):  # (a resumed run's list is fingerprinted: globs must agree)
         write_input_list(staging, inputs)

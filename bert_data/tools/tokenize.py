@@ -9,10 +9,13 @@ output flag here is a usage error (one line, exit 2). See :mod:`bert_data.token_
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
 import sys
+import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from .cli import resolve_log_level, unknown_log_level
@@ -26,7 +29,7 @@ TOKENIZE_FLAGS = frozenset({
     "metadata_files", "input_files_prefix", "multiple_docs_in_single_file", "multiple_docs_separator",
     "single_sentence_per_line", "spacy_model", "config", "vocab_file", "do_lower_case", "split_num", "group_bytes",
     "max_document_chars", "output_dir", "overwrite", "resume", "num_workers", "log_level", "quiet", "input_format",
-    "text_key", "input_encoding",
+    "text_key", "input_encoding", "input_file",
 })
 
 
@@ -40,6 +43,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser.description = ("Read, segment and tokenize the documents once into a token cache (Megatron .bin/.idx per "
                           "group + a manifest) that create_tfrecords --from_tokens DIR turns into instances of any "
                           "length, objective, packing and format. Takes create_tfrecords' input, vocabulary and plan flags.")
+    parser.add_argument("--input_file", default=None, help=(
+        "instead of --metadata_files: create_pretraining_data's --input_file (BERT's comma-separated globs, BERT's "
+        "corpus layout), for `create_pretraining_data --from_tokens DIR`"))
     args = parser.parse_args(argv)
     given = sorted(name for name, value in vars(args).items() if value is not None and name not in TOKENIZE_FLAGS)
     if given:
@@ -56,7 +62,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
 
     started = time.perf_counter()
     try:
-        manifest = run_tokenize(config_from_args(args))
+        with _bert_input_list(args):
+            manifest = run_tokenize(config_from_args(args))
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:
@@ -69,6 +76,30 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                f"{counts['tokens']} tokens ({manifest['dtype']}): {manifest['bytes']} bytes, {ratio:.2f}x the text, "
                f"in {time.perf_counter() - started:.1f}s")
     return 0
+
+
+@contextlib.contextmanager
+def _bert_input_list(args: argparse.Namespace) -> Iterator[None]:
+    """``--input_file``: the globs expanded as create_pretraining_data expands them, listed (one
+    absolute path per line, its own input list) as this run's metadata, so that its cache is the one
+    ``create_pretraining_data --from_tokens`` finds made from its inputs; BERT's layout is implied."""
+    patterns = args.input_file
+    del args.input_file
+    if patterns is None:
+        yield
+        return
+    from ..errors import ConfigError
+    from ..output.named_files import expand_input_patterns, write_input_list
+
+    if args.metadata_files:
+        raise ConfigError("--input_file and --metadata_files both name the inputs: give one of them")
+    if args.input_format not in (None, "bert"):
+        raise ConfigError(f"--input_file reads BERT's corpus layout (create_pretraining_data's), not --input_format "
+                          f"{args.input_format}: drop --input_format, or list the files in --metadata_files")
+    files = expand_input_patterns(patterns)
+    with tempfile.TemporaryDirectory(prefix="bert_data_inputs_") as staging:
+        args.metadata_files, args.input_format = [write_input_list(staging, files)], "bert"
+        yield
 
 
 def entry_point() -> None:
