@@ -258,6 +258,24 @@ def test_disk_space_estimate_warns(tmp_path) -> None:
     assert disk_space_warning(config, 1000) == ""
     huge = disk_space_warning(config, 1 << 50)
     assert "the output may need about" in huge and "--dupe_factor 10" in huge and "--resume" in huge
+    assert "--compression gzip" in huge
+
+
+@pytest.mark.parametrize("output_format", ["parquet", "mds"])
+def test_disk_space_estimate_of_a_rewritten_format_counts_its_peak_and_never_advises_gzip(tmp_path, output_format) -> None:
+    """Parquet/MDS refuse --compression gzip, and hold the TFRecord shards plus the shards being
+    rewritten at the end: the warning says neither more nor less."""
+    from bert_data.presets import build_config
+    from bert_data.runners.startup import OUTPUT_PER_INPUT_BYTE, disk_space_warning
+
+    common = {"metadata_files": ["m"], "vocab_file": "v", "output_dir": str(tmp_path / "o"), "dupe_factor": 10,
+              "num_output_files": 4, "num_workers": 2}
+    tfrecords = disk_space_warning(build_config(common), 1 << 50)
+    rewritten = disk_space_warning(build_config({**common, "output_format": output_format}), 1 << 50)
+    assert "--compression gzip" not in rewritten and f"--output_format {output_format}" in rewritten
+    gigabytes = lambda line: float(line.split("need about ")[1].split(" GB")[0])  # noqa: E731
+    assert gigabytes(tfrecords) == pytest.approx((1 << 50) * 10 * OUTPUT_PER_INPUT_BYTE / 1e9, rel=1e-3)
+    assert gigabytes(rewritten) == pytest.approx(gigabytes(tfrecords) * 1.5, rel=1e-3)  # + 2 of 4 shards at once
 
 
 @pytest.mark.parametrize("target, damage, what", [

@@ -172,7 +172,10 @@ OUTPUT_PER_INPUT_BYTE = 2.0
 
 def disk_space_warning(config: Config, input_bytes: int) -> str:
     """A warning when the estimated output (and its fragments, written once more on the way)
-    may not fit in the free space of ``--output_dir``'s file system, else ""."""
+    may not fit in the free space of ``--output_dir``'s file system, else "". A format that is
+    rewritten from assembled TFRecord shards at publish (Parquet, MDS, HDF5:
+    :mod:`bert_data.output.rewrite`) holds those shards and the shards being rewritten at once
+    (one per rewrite thread) at its peak; gzip is advised only where the format takes it."""
     if "://" in config.output_dir or not input_bytes:
         return ""
     probe = os.path.abspath(config.output_dir)
@@ -185,12 +188,20 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     free = stats.f_bavail * stats.f_frsize
     ratio = OUTPUT_PER_INPUT_BYTE * (0.3 if config.compression == "gzip" else 1.0)
     estimate = int(input_bytes * config.dupe_factor * ratio)
+    rewritten = config.output_format != "tfrecord"
+    if rewritten:  # (a rewritten shard is smaller than its TFRecords: counted at their size, to be safe)
+        from ..output.rewrite import rewrite_threads
+
+        shards = max(1, config.num_output_files)
+        estimate += estimate * min(rewrite_threads(config), shards) // shards
     if estimate <= free:
         return ""
+    advice = "free space or choose another --output_dir" if rewritten else "free space, or use --compression gzip"
+    peak = f", --output_format {config.output_format} rewriting its TFRecord shards at the end" if rewritten else ""
     return (
         f"the output may need about {estimate / 1e9:.1f} GB ({input_bytes / 1e9:.2f} GB of input x "
-        f"--dupe_factor {config.dupe_factor}) but only {free / 1e9:.1f} GB are free under {probe}; free space, "
-        f"or use --compression gzip (if it runs out, free space and continue with --resume)"
+        f"--dupe_factor {config.dupe_factor}{peak}) but only {free / 1e9:.1f} GB are free under {probe}; {advice} "
+        f"(if it runs out, free space and continue with --resume)"
     )
 
 
