@@ -102,6 +102,7 @@ class Negatives:
     ids: Optional[np.ndarray]
     excluded: Callable[[int], Sequence[int]]
     _tokens: Optional[np.ndarray] = field(default=None, repr=False)
+    _native: Optional[Tuple[int, Optional[tuple]]] = field(default=None, repr=False)
 
     @property
     def n_docs(self) -> int:
@@ -116,6 +117,38 @@ class Negatives:
             self._tokens = np.concatenate([unit_ids, self.ids])
         return self._tokens
 
+    def native_arrays(self, n_unit_docs: int) -> Optional[tuple]:
+        """The C planner's view of these negatives for a unit of ``n_unit_docs`` documents (made
+        once per unit, kept for its passes): ``(offsets, doc_starts, base, excl_starts, excl)``,
+        int64 arrays, unit document ``d`` barred from ``excl[excl_starts[d]:excl_starts[d + 1]]``;
+        None when they are not integers that fit (Python's planner then runs)."""
+        if self._native is None or self._native[0] != n_unit_docs:
+            self._native = (n_unit_docs, _int64_negatives(self, n_unit_docs))
+        return self._native[1]
+
+
+def _int64_negatives(negatives: Negatives, n_unit_docs: int) -> Optional[tuple]:
+    excluded = [negatives.excluded(d) for d in range(n_unit_docs)]
+    flat = [value for values in excluded for value in values]
+    if not all(isinstance(value, (int, np.integer)) for value in flat):
+        return None
+    starts = np.zeros(n_unit_docs + 1, dtype=np.int64)
+    np.cumsum([len(values) for values in excluded], out=starts[1:])
+    try:
+        return (_int64(negatives.offsets), _int64(negatives.doc_starts), int(negatives.base), starts,
+                np.asarray(flat, dtype=np.int64))
+    except (OverflowError, TypeError, ValueError):
+        return None
+
+
+def _int64(values: Sequence[int]) -> np.ndarray:
+    """``values`` as a C-contiguous int64 array (no copy when they are one); TypeError for values
+    that are not integers (numpy would truncate floats)."""
+    array = np.asarray(values)
+    if array.size and array.dtype.kind not in "iu":
+        raise TypeError("not integers")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
 
 def unit_negatives(group: TokenizedGroup, offsets: Optional[List[int]] = None) -> Negatives:
     """The unit's other documents as its negatives (a library caller's default, without a pool)."""
@@ -125,13 +158,15 @@ def unit_negatives(group: TokenizedGroup, offsets: Optional[List[int]] = None) -
 
 @dataclass
 class PairPlan:
-    """Token ranges (into ``TokenizedGroup.ids``) of segments A and B of each instance."""
+    """Token ranges (into ``TokenizedGroup.ids``) of segments A and B of each instance: int64
+    arrays once planned (:func:`plan_pairs`), so that taking a batch of rows is one numpy index;
+    lists while a plan is built by :meth:`add`."""
 
-    a_lo: List[int] = field(default_factory=list)
-    a_hi: List[int] = field(default_factory=list)
-    b_lo: List[int] = field(default_factory=list)
-    b_hi: List[int] = field(default_factory=list)
-    is_random_next: List[int] = field(default_factory=list)
+    a_lo: Sequence[int] = field(default_factory=list)
+    a_hi: Sequence[int] = field(default_factory=list)
+    b_lo: Sequence[int] = field(default_factory=list)
+    b_hi: Sequence[int] = field(default_factory=list)
+    is_random_next: Sequence[int] = field(default_factory=list)
     negatives_unavailable: int = 0  # one-sentence chunks dropped: no other document for a random B
     random_next: int = 0  # pairs labelled random next
     single_sentence_chunks: int = 0  # of those, one-sentence chunks (random next whatever the coin)
@@ -141,11 +176,17 @@ class PairPlan:
         return len(self.a_lo)
 
     def take(self, rows: Sequence[int]) -> "PairPlan":
-        """The plan restricted to ``rows``, in that order."""
-        return PairPlan(
-            [self.a_lo[r] for r in rows], [self.a_hi[r] for r in rows], [self.b_lo[r] for r in rows],
-            [self.b_hi[r] for r in rows], [self.is_random_next[r] for r in rows],
-        )
+        """The plan restricted to ``rows``, in that order (int64 arrays)."""
+        index = np.asarray(rows, dtype=np.intp)
+        return PairPlan(*(np.asarray(values, dtype=np.int64)[index] for values in self._ranges()))
+
+    def frozen(self) -> "PairPlan":
+        """The same plan with int64 arrays (what :func:`plan_pairs` returns)."""
+        return PairPlan(*(np.asarray(values, dtype=np.int64) for values in self._ranges()), self.negatives_unavailable,
+                        self.random_next, self.single_sentence_chunks, self.continuations_kept)
+
+    def _ranges(self) -> Tuple[Sequence[int], ...]:
+        return self.a_lo, self.a_hi, self.b_lo, self.b_hi, self.is_random_next
 
     def add(self, a_lo: int, a_hi: int, b_lo: int, b_hi: int, label: int) -> None:
         self.a_lo.append(a_lo)
@@ -319,11 +360,53 @@ def plan_pairs(
     """
     if sentence_order_prediction is None:
         sentence_order_prediction = params.sentence_order_prediction
+    plan = _plan_native(group, params, rng, sentence_order_prediction, negatives)
+    if plan is not None:
+        return plan
     planner = _PassPlanner(group, params, rng, negatives)
     plan_document = planner.sop_document if sentence_order_prediction else planner.nsp_document
     for d in range(group.n_docs):
         plan_document(d)
-    return planner.plan
+    return planner.plan.frozen()
+
+
+def _plan_native(group: TokenizedGroup, params: InstanceParams, rng: random.Random, sentence_order_prediction: bool,
+                 negatives: Optional[Negatives]) -> Optional[PairPlan]:
+    """:func:`plan_pairs` by ``_wire.plan_pairs``: the same pairs, counters and draws, on the
+    state of ``rng`` (CPython's Mersenne Twister in C), which is left where Python's planner
+    would leave it. None without the accelerator, for an ``rng`` that is not exactly
+    ``random.Random``, or for inputs it refuses (Python's planner then says what is wrong)."""
+    native = wire()
+    if (native is None or type(rng) is not random.Random or params.max_num_tokens < 1
+            or not isinstance(params.min_short_seq_length, (int, np.integer))
+            or not isinstance(params.short_seq_prob, (int, float, np.integer, np.floating))):
+        return None
+    try:
+        off, doc_starts = _int64(group.sent_offsets), _int64(group.doc_starts)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    if negatives is None or sentence_order_prediction:  # the unit's other documents (SOP draws none)
+        n = len(doc_starts) - 1
+        pool = (off, doc_starts, 0, np.arange(n + 1, dtype=np.int64), np.arange(n, dtype=np.int64))
+    else:
+        pool = negatives.native_arrays(len(doc_starts) - 1)
+        if pool is None:
+            return None
+    version, state, gauss_next = rng.getstate()
+    if version != 3 or len(state) != 625:  # not the state layout of CPython 3.x's Mersenne Twister
+        return None
+    out = [np.empty(max(len(off) - 1, 0), dtype=np.int64) for _ in range(5)]  # a pair takes a sentence at least
+    try:
+        result = native.plan_pairs(state, sentence_order_prediction, params.max_num_tokens, params.short_seq_prob,
+                                   params.min_short_seq_length, off, doc_starts, *pool, *out)
+    except OverflowError:  # a setting beyond int64: Python's planner
+        return None
+    if result is None:
+        return None
+    state, n, unavailable, random_next, single_sentence_chunks, continuations_kept = result
+    rng.setstate((version, state, gauss_next))
+    return PairPlan(*(values[:n] for values in out), unavailable, random_next, single_sentence_chunks,
+                    continuations_kept)
 
 
 def assemble(ids: np.ndarray, plan: PairPlan, params: InstanceParams) -> Dict[str, np.ndarray]:
@@ -402,7 +485,7 @@ def pair_pass(
     plan = plan_pairs(group, params, randomness.plan_rng, negatives=negatives)
     tokens = negatives.tokens(group.ids) if negatives is not None else group.ids
     n = len(plan)
-    order = randomness.mask_rng.permutation(n).tolist()  # the pass's instance order, before any is built
+    order = randomness.mask_rng.permutation(n)  # the pass's instance order, before any is built
 
     def batches() -> Iterator[Tuple[Dict[str, np.ndarray], np.ndarray]]:
         for start in range(0, n, batch_rows):

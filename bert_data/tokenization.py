@@ -11,9 +11,12 @@ The HF pipeline is configured to reproduce the reference where HF's defaults dif
 
 Each text takes the cheapest route that is exact for it:
 
-1. ASCII texts (:meth:`FullTokenizer.encode_ids`): cleaning, lowercasing and punctuation
-   splitting are done on the whole batch with C-level ``bytes`` operations; Rust only splits on
-   whitespace and runs WordPiece, once for the whole batch.
+1. ASCII texts (:meth:`FullTokenizer.encode_ids`): the optional C accelerator
+   ``bert_data._wordpiece`` (built by ``setup.py`` from ``_wordpiece.c``) does the whole
+   reference tokenizer (cleaning, lowercasing, whitespace and punctuation splitting, WordPiece)
+   in one pass over the batch. Without it (``_wordpiece`` None here, the tests' switch too),
+   cleaning, lowercasing and punctuation splitting are done on the whole batch with C-level
+   ``bytes`` operations, and Rust splits on whitespace and runs WordPiece, once for the batch.
 2. Other texts: HF ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece``.
 3. Texts holding a character on which (2) and the reference disagree: the basic tokenization
    runs in an exact Python port of the reference ``BasicTokenizer``, WordPiece in Rust.  Those
@@ -37,18 +40,34 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import os
 import re
 import stat
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tokenizers
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from bert_data.errors import VocabError
+
+WORDPIECE_API = 1  # the interface of bert_data/_wordpiece.c this module expects (its API constant)
+
+try:  # the optional C accelerator of the ASCII route (see setup.py); same ids as the Python route
+    from bert_data import _wordpiece  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: the bytes operations and ``tokenizers``
+    _wordpiece = None
+if _wordpiece is not None and getattr(_wordpiece, "API", None) != WORDPIECE_API:  # a stale build
+    logging.getLogger(__name__).warning(
+        "bert_data._wordpiece was built from another version of _wordpiece.c (API %s, expected %s): tokenizing "
+        "ASCII text without it; rebuild it with `pip install -e .` (or reinstall)",
+        getattr(_wordpiece, "API", None), WORDPIECE_API,
+    )
+    _wordpiece = None
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -467,7 +486,7 @@ _ASCII_PUNCT_SPACED = tuple(
 )
 
 
-def _wordpiece(vocab: dict[str, int]) -> models.WordPiece:
+def _wordpiece_model(vocab: dict[str, int]) -> models.WordPiece:
     return models.WordPiece(
         vocab,
         unk_token=UNK,
@@ -477,7 +496,7 @@ def _wordpiece(vocab: dict[str, int]) -> models.WordPiece:
 
 
 def _build_hf_tokenizer(vocab: dict[str, int], do_lower_case: bool) -> Tokenizer:
-    tok = Tokenizer(_wordpiece(vocab))
+    tok = Tokenizer(_wordpiece_model(vocab))
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True,
         handle_chinese_chars=True,
@@ -498,12 +517,28 @@ class FullTokenizer:
         self.do_lower_case: bool = bool(do_lower_case)
         self._tok = _build_hf_tokenizer(self.vocab, self.do_lower_case)
         # WordPiece only, fed with words from the Python reference basic tokenizer.
-        self._wp = Tokenizer(_wordpiece(self.vocab))
+        self._wp = Tokenizer(_wordpiece_model(self.vocab))
         # Whitespace split + WordPiece, fed with ASCII text already cleaned, lowercased and
         # spaced around punctuation (see _ascii_batch_ids).
-        self._ascii_tok = Tokenizer(_wordpiece(self.vocab))
+        self._ascii_tok = Tokenizer(_wordpiece_model(self.vocab))
         self._ascii_tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         self._divergent = _divergent_re(self.do_lower_case)
+        self._native = None  # the C vocabulary (_native_vocab), made on first use
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_native"] = None  # a C object: made again by the copy when it is used
+        return state
+
+    def _native_vocab(self) -> Any:
+        """The C accelerator's ``_wordpiece.Vocab`` of this vocabulary (made once), or None when the
+        accelerator is not built or is switched off (``_wordpiece`` None: the Python route)."""
+        if _wordpiece is None:
+            return None
+        if self._native is None:
+            tokens = [token.encode("utf-8") for token in vocab_tokens(self.vocab)]
+            self._native = _wordpiece.Vocab(tokens, self.unk_id, MAX_INPUT_CHARS_PER_WORD)
+        return self._native
 
     # -- special ids ---------------------------------------------------------------------------
     @property
@@ -597,12 +632,20 @@ class FullTokenizer:
         """``encode_ids`` for a batch of ASCII texts; ``None`` if a text is not ASCII or holds NUL.
 
         On ASCII the reference basic tokenizer is: drop control characters, lowercase, split on
-        whitespace and around ASCII punctuation.  That is done here on the whole batch at once
-        with C-level ``bytes`` operations, leaving only whitespace splitting and WordPiece to Rust
-        (HF's Unicode normalizer is skipped).  The texts are joined into one string separated by
-        the word ``[SEP]``, which cannot otherwise occur since every ``[`` has been spaced out, so
-        Rust returns one id list and the separators' positions give the offsets.
+        whitespace and around ASCII punctuation.  With the C accelerator, that and WordPiece are
+        one pass of ``_wordpiece.Vocab.encode``.  Without it, the basic tokenizer is done here on
+        the whole batch at once with C-level ``bytes`` operations, leaving only whitespace
+        splitting and WordPiece to Rust (HF's Unicode normalizer is skipped).  The texts are
+        joined into one string separated by the word ``[SEP]``, which cannot otherwise occur since
+        every ``[`` has been spaced out, so Rust returns one id list and the separators' positions
+        give the offsets.
         """
+        native = self._native_vocab()
+        if native is not None:
+            encoded = native.encode(texts, self.do_lower_case)
+            if encoded is None:
+                return None
+            return np.frombuffer(encoded[0], dtype=np.int32), np.frombuffer(encoded[1], dtype=np.int64)
         joined = "\x00".join(texts)
         if not joined.isascii():
             return None

@@ -24,16 +24,21 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
-def require_wire() -> None:
-    """Skip a test of the compiled accelerator where it was not built (no C compiler at
+def require_built(module, name: str) -> None:
+    """Skip a test of a compiled accelerator (``module`` None: it was not built, no C compiler at
     install time); fail instead when CI is set: CI must test it."""
-    from bert_data.format import batch_decode
-
-    if batch_decode._wire is None:
-        message = "bert_data.format._wire is not built (no C compiler at install time)"
+    if module is None:
+        message = f"{name} is not built (no C compiler at install time)"
         if os.environ.get("CI"):
             pytest.fail(message + " (CI is set: the C accelerator must be built and tested)")
         pytest.skip(message)
+
+
+def require_wire() -> None:
+    """:func:`require_built` for ``bert_data.format._wire``."""
+    from bert_data.format import batch_decode
+
+    require_built(batch_decode._wire, "bert_data.format._wire")
 
 
 @pytest.fixture(params=["c", "numpy"])

@@ -174,8 +174,8 @@ def test_the_unit_as_its_own_negatives_draws_as_before() -> None:
     default = plan_pairs(unit, params, random.Random(3))
     explicit = plan_pairs(unit, params, random.Random(3), negatives=Negatives(
         unit.sent_offsets.tolist(), unit.doc_starts, 0, None, lambda d: (d,)))
-    assert (default.a_lo, default.b_lo, default.b_hi, default.is_random_next) == (
-        explicit.a_lo, explicit.b_lo, explicit.b_hi, explicit.is_random_next)
+    assert [list(v) for v in (default.a_lo, default.b_lo, default.b_hi, default.is_random_next)] == [
+        list(v) for v in (explicit.a_lo, explicit.b_lo, explicit.b_hi, explicit.is_random_next)]
 
 
 # --- end to end -------------------------------------------------------------------------------

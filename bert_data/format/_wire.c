@@ -53,14 +53,22 @@
  *     the functions); False sends the caller to its numpy path (a plan that does not fit; a tie
  *     between keys).
  *
+ * plan_pairs(...) -> None or (state, n, counters...)
+ *     bert_data.instances.plan_pairs for one pass (NSP or SOP pairs and their counters), on the
+ *     state of the caller's random.Random: CPython's Mersenne Twister and the draws random(),
+ *     randint() and getrandbits() make of it, bit for bit, so the pairs are Python's and the
+ *     state handed back is the one Python's planner leaves (documented at the function). None
+ *     sends the caller to Python's planner. mt_draws(...) runs the generator alone (tests).
+ *
  * The writers hold the GIL (they are called from one thread, and the first two make Python
- * objects as they go).
+ * objects as they go); plan_pairs releases it while it plans.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+#include <limits.h>
 
 /* ---------------------------------------------------------------- CRC32C (Castagnoli) */
 
@@ -1182,6 +1190,398 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- a pass's pair plan (plan_pairs) */
+
+/* CPython's Mersenne Twister (Modules/_randommodule.c) and the draws of random.Random built on
+ * it, bit for bit: the planner runs on the state of the caller's random.Random (getstate()'s 624
+ * words and index) and hands the state back, so that what the caller draws next is unchanged. */
+#define MT_N 624
+#define MT_M 397
+
+typedef struct {
+    uint32_t state[MT_N];
+    int index;
+} MT;
+
+/* genrand_uint32 */
+static uint32_t mt_next(MT *g) {
+    static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
+    uint32_t *mt = g->state, y;
+    if (g->index >= MT_N) {
+        int kk;
+        for (kk = 0; kk < MT_N - MT_M; kk++) {
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+            mt[kk] = mt[kk + MT_M] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        for (; kk < MT_N - 1; kk++) {
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+            mt[kk] = mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        y = (mt[MT_N - 1] & 0x80000000U) | (mt[0] & 0x7fffffffU);
+        mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 0x1U];
+        g->index = 0;
+    }
+    y = mt[g->index++];
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    y ^= (y >> 18);
+    return y;
+}
+
+/* random.Random.random() */
+static double mt_random(MT *g) {
+    uint32_t a = mt_next(g) >> 5, b = mt_next(g) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* getrandbits(k), 0 <= k <= 64: 32-bit words from the least significant, the last one's
+ * surplus low bits dropped; k 0 draws nothing */
+static uint64_t mt_bits(MT *g, int k) {
+    if (k == 0) return 0;
+    if (k <= 32) return mt_next(g) >> (32 - k);
+    const uint64_t low = mt_next(g);
+    return low | (uint64_t)(mt_next(g) >> (64 - k)) << 32;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define POPCOUNT32(x) __builtin_popcount(x)
+#else
+static int POPCOUNT32(uint32_t x) { int n = 0; for (; x; x &= x - 1) n++; return n; }
+#endif
+
+/* The number of one bits of getrandbits(k), k >= 0 (the same words drawn) */
+static int64_t mt_popcount_bits(MT *g, int64_t k) {
+    int64_t ones = 0;
+    for (; k > 0; k -= 32) {
+        uint32_t r = mt_next(g);
+        if (k < 32) r >>= 32 - k;
+        ones += POPCOUNT32(r);
+    }
+    return ones;
+}
+
+/* randint(a, b) = a + _randbelow(b - a + 1) with getrandbits (rejection of k-bit draws, k the
+ * width's bit length); 0 when Python would raise (b < a) or the width needs 65 bits */
+static int mt_randint(MT *g, int64_t a, int64_t b, int64_t *out) {
+    if (b < a) return 0;
+    const uint64_t width = (uint64_t)b - (uint64_t)a + 1;
+    if (width == 0) return 0;
+    const int k = 64 - CLZ64(width);
+    uint64_t r = mt_bits(g, k);
+    while (r >= width) r = mt_bits(g, k);
+    *out = (int64_t)((uint64_t)a + r);
+    return 1;
+}
+
+/* One pass's inputs, counters and outputs (bert_data.instances._PassPlanner) */
+typedef struct {
+    MT rng;
+    int64_t max_num_tokens, min_short;
+    double short_seq_prob;
+    const int64_t *off, *doc_starts; /* the unit: sentence offsets, each document's first sentence */
+    Py_ssize_t n_docs;
+    const int64_t *neg_off, *neg_starts; /* the negatives: the same, tokens at base + offset */
+    Py_ssize_t n_neg_docs;
+    int64_t base;
+    const int64_t *excl_starts, *excl; /* unit document d may not use excl[excl_starts[d] .. excl_starts[d + 1]) */
+    int64_t *out[5];                   /* a_lo, a_hi, b_lo, b_hi, is_random_next */
+    Py_ssize_t capacity, n;
+    int64_t unavailable, random_next, single, kept;
+} Planner;
+
+static int plan_target(Planner *p, int64_t *target) {
+    if (mt_random(&p->rng) < p->short_seq_prob) return mt_randint(&p->rng, p->min_short, p->max_num_tokens, target);
+    *target = p->max_num_tokens;
+    return 1;
+}
+
+/* truncate_pair: v = a_lo, a_hi, b_lo, b_hi; 0 where getrandbits would overflow a C int */
+static int plan_truncate(Planner *p, int64_t *v) {
+    for (;;) {
+        const int64_t la = v[1] - v[0], lb = v[3] - v[2], excess = la + lb - p->max_num_tokens;
+        int64_t from_a = 0, from_b = 0;
+        if (excess <= 0) return 1;
+        if (la == lb) {
+            from_b = (excess + 1) / 2;
+            from_a = excess / 2;
+        } else if (la > lb) {
+            from_a = excess < la - lb ? excess : la - lb;
+        } else {
+            from_b = excess < lb - la ? excess : lb - la;
+        }
+        if (from_a > INT_MAX || from_b > INT_MAX) return 0;
+        if (from_a) {
+            const int64_t front = mt_popcount_bits(&p->rng, from_a);
+            v[0] += front;
+            v[1] -= from_a - front;
+        }
+        if (from_b) {
+            const int64_t front = mt_popcount_bits(&p->rng, from_b);
+            v[2] += front;
+            v[3] -= from_b - front;
+        }
+    }
+}
+
+static int plan_emit(Planner *p, int64_t *v, int64_t label) {
+    if (!plan_truncate(p, v) || p->n >= p->capacity) return 0;
+    for (int f = 0; f < 4; f++) p->out[f][p->n] = v[f];
+    p->out[4][p->n++] = label;
+    return 1;
+}
+
+/* _random_segment: B from the r-th document of the negatives other than the `n_excl` excluded,
+ * from a random sentence until target_b tokens (bisect_left over the sentence ends) */
+static int plan_random_b(Planner *p, const int64_t *excl, int64_t n_excl, int64_t target_b, int64_t *v) {
+    int64_t r, start;
+    if (!mt_randint(&p->rng, 0, p->n_neg_docs - n_excl - 1, &r)) return 0;
+    for (int64_t e = 0; e < n_excl; e++) {
+        if (r < excl[e]) break;
+        r++;
+    }
+    if (r < 0 || r >= p->n_neg_docs) return 0;
+    const int64_t r_begin = p->neg_starts[r], r_end = p->neg_starts[r + 1];
+    if (!mt_randint(&p->rng, r_begin, r_end - 1, &start)) return 0; /* an empty document: Python raises */
+    const int64_t *off = p->neg_off, b_lo = off[start], x = b_lo + target_b;
+    int64_t lo = start + 1, hi = r_end + 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (off[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    v[2] = p->base + b_lo;
+    v[3] = p->base + off[lo < r_end ? lo : r_end];
+    return 1;
+}
+
+/* _PassPlanner.nsp_document */
+static int plan_nsp(Planner *p, Py_ssize_t d) {
+    const int64_t *off = p->off, s_begin = p->doc_starts[d], s_end = p->doc_starts[d + 1];
+    const int64_t e_lo = p->excl_starts[d], n_excl = p->excl_starts[d + 1] - e_lo;
+    int64_t target, chunk_start = s_begin, current = 0;
+    if (!plan_target(p, &target)) return 0;
+    for (int64_t i = s_begin; i < s_end; i++) {
+        current += off[i + 1] - off[i];
+        if (i != s_end - 1 && current < target) continue;
+        const int64_t n_chunk = i + 1 - chunk_start;
+        int64_t a_end = 1, label = 0;
+        if (n_chunk >= 2 && !mt_randint(&p->rng, 1, n_chunk - 1, &a_end)) return 0;
+        int64_t v[4] = {off[chunk_start], off[chunk_start + a_end], 0, 0};
+        int want_random = n_chunk == 1 || mt_random(&p->rng) < 0.5;
+        if (want_random && p->n_neg_docs - n_excl < 1) {
+            if (n_chunk == 1) {
+                p->unavailable++;
+                chunk_start = i + 1;
+                current = 0;
+                continue;
+            }
+            want_random = 0; /* no other document: keep the true continuation */
+            p->kept++;
+        }
+        if (want_random) {
+            if (!plan_random_b(p, p->excl + e_lo, n_excl, target - (v[1] - v[0]), v)) return 0;
+            i -= n_chunk - a_end; /* put the unused sentences back */
+            label = 1;
+            p->random_next++;
+            p->single += n_chunk == 1;
+        } else {
+            v[2] = v[1];
+            v[3] = off[i + 1];
+        }
+        if (!plan_emit(p, v, label)) return 0;
+        chunk_start = i + 1;
+        current = 0;
+    }
+    return 1;
+}
+
+/* _PassPlanner.sop_document */
+static int plan_sop(Planner *p, Py_ssize_t d) {
+    const int64_t *off = p->off, s_begin = p->doc_starts[d], s_end = p->doc_starts[d + 1];
+    int64_t target, chunk_start = s_begin, current = 0;
+    if (!plan_target(p, &target)) return 0;
+    for (int64_t i = s_begin; i < s_end; i++) {
+        current += off[i + 1] - off[i];
+        if (i != s_end - 1 && current < target) continue;
+        const int64_t n_chunk = i + 1 - chunk_start;
+        if (n_chunk < 2) {
+            p->unavailable++;
+        } else {
+            int64_t a_end;
+            if (!mt_randint(&p->rng, 1, n_chunk - 1, &a_end)) return 0;
+            const int64_t first_lo = off[chunk_start], first_hi = off[chunk_start + a_end], second_hi = off[i + 1];
+            const int swap = mt_random(&p->rng) < 0.5;
+            int64_t v[4] = {first_lo, first_hi, first_hi, second_hi};
+            if (swap) {
+                v[0] = first_hi, v[1] = second_hi, v[2] = first_lo, v[3] = first_hi;
+            }
+            if (!plan_emit(p, v, swap)) return 0;
+        }
+        chunk_start = i + 1;
+        current = 0;
+    }
+    return 1;
+}
+
+#define PLAN_LIMIT ((int64_t)1 << 60) /* offsets and lengths below this: no sum of them overflows */
+
+/* Whether `starts` (n + 1 of them) ascend from >= 0 to at most `last`, and `off` (when given,
+ * `count` of them) ascend within [0, PLAN_LIMIT] */
+static int plan_ascending(const int64_t *starts, Py_ssize_t n, int64_t last, const int64_t *off, Py_ssize_t count) {
+    if (starts[0] < 0 || starts[n] > last) return 0;
+    for (Py_ssize_t d = 0; d < n; d++)
+        if (starts[d + 1] < starts[d]) return 0;
+    for (Py_ssize_t s = 0; off && s < count; s++)
+        if (off[s] < 0 || off[s] > PLAN_LIMIT || (s && off[s] < off[s - 1])) return 0;
+    return 1;
+}
+
+/* The state tuple of random.Random.getstate()[1] into g; 0 and an error if it is not one */
+static int mt_from_tuple(PyObject *state, MT *g) {
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != MT_N + 1) {
+        PyErr_SetString(PyExc_ValueError, "plan_pairs: the state is a tuple of 625 ints");
+        return 0;
+    }
+    for (int i = 0; i < MT_N; i++) {
+        const unsigned long word = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(state, i));
+        if (word == (unsigned long)-1 && PyErr_Occurred()) return 0;
+        g->state[i] = (uint32_t)word;
+    }
+    const long index = PyLong_AsLong(PyTuple_GET_ITEM(state, MT_N));
+    if (index == -1 && PyErr_Occurred()) return 0;
+    if (index < 0 || index > MT_N) {
+        PyErr_SetString(PyExc_ValueError, "plan_pairs: invalid state");
+        return 0;
+    }
+    g->index = (int)index;
+    return 1;
+}
+
+static PyObject *mt_to_tuple(const MT *g) {
+    PyObject *state = PyTuple_New(MT_N + 1);
+    if (!state) return NULL;
+    for (int i = 0; i <= MT_N; i++) {
+        PyObject *item = i < MT_N ? PyLong_FromUnsignedLong(g->state[i]) : PyLong_FromLong(g->index);
+        if (!item) {
+            Py_DECREF(state);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(state, i, item);
+    }
+    return state;
+}
+
+/* plan_pairs(state, sop, max_num_tokens, short_seq_prob, min_short_seq_length, off, doc_starts,
+ *            neg_off, neg_starts, base, excl_starts, excl, a_lo, a_hi, b_lo, b_hi, labels)
+ *   -> None or (state, n, negatives_unavailable, random_next, single_sentence_chunks, continuations_kept)
+ * bert_data.instances.plan_pairs for one pass, the same pairs and draws: `state` is
+ * random.Random.getstate()[1], the state after the pass is returned (for setstate). The unit's
+ * sentence offsets `off` and its documents' first sentences `doc_starts` (n_docs + 1); NSP's
+ * negatives the same (`neg_off`, `neg_starts`), their tokens at `base` + offset, unit document
+ * d barred from negatives excl[excl_starts[d] .. excl_starts[d + 1]) (all int64). The pairs go
+ * to the int64 outputs (`n` of them are written; one per sentence of the unit is room enough).
+ * None (the state and outputs unused) when the inputs are not a plan this reproduces (offsets
+ * that do not ascend, documents outside them, an empty range Python's randint would refuse, a
+ * max_num_tokens below 1, a truncation of 2**31 bits or more): the caller runs Python's planner,
+ * which says what is wrong. */
+static PyObject *plan_pairs(PyObject *self, PyObject *args) {
+    PyObject *state, *o[11];
+    int sop;
+    long long max_num_tokens, min_short, base;
+    double short_seq_prob;
+    if (!PyArg_ParseTuple(args, "OpLdLOOOOLOOOOOOO", &state, &sop, &max_num_tokens, &short_seq_prob, &min_short, &o[0],
+                          &o[1], &o[2], &o[3], &base, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10]))
+        return NULL;
+    Planner p;
+    memset(&p, 0, sizeof p);
+    if (!mt_from_tuple(state, &p.rng)) return NULL;
+    Py_buffer v[11];
+    Py_ssize_t count[11];
+    int nv = 0;
+    PyObject *result = NULL;
+    for (; nv < 11; nv++)
+        if (!any_vector(o[nv], &v[nv], nv >= 6, 'q', 8, 0, 0, &count[nv], "plan_pairs")) goto done;
+    p.max_num_tokens = max_num_tokens, p.min_short = min_short, p.short_seq_prob = short_seq_prob, p.base = base;
+    p.off = v[0].buf, p.doc_starts = v[1].buf, p.neg_off = v[2].buf, p.neg_starts = v[3].buf;
+    p.excl_starts = v[4].buf, p.excl = v[5].buf;
+    p.n_docs = count[1] - 1, p.n_neg_docs = count[3] - 1, p.capacity = count[6];
+    for (int f = 0; f < 5; f++) p.out[f] = v[6 + f].buf;
+    int ok = count[0] >= 1 && count[2] >= 1 && p.n_docs >= 0 && p.n_neg_docs >= 0 && count[4] == count[1]
+             && max_num_tokens >= 1 && max_num_tokens <= PLAN_LIMIT && min_short >= -PLAN_LIMIT
+             && base >= -PLAN_LIMIT && base <= PLAN_LIMIT;
+    for (int f = 7; ok && f < 11; f++) ok = count[f] == p.capacity;
+    ok = ok && plan_ascending(p.doc_starts, p.n_docs, count[0] - 1, p.off, count[0])
+         && plan_ascending(p.neg_starts, p.n_neg_docs, count[2] - 1, p.neg_off, count[2])
+         && plan_ascending(p.excl_starts, p.n_docs, count[5], NULL, 0);
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t d = 0; d < p.n_docs && ok; d++) ok = sop ? plan_sop(&p, d) : plan_nsp(&p, d);
+        Py_END_ALLOW_THREADS
+    }
+    if (!ok) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    PyObject *new_state = mt_to_tuple(&p.rng);
+    if (new_state)
+        result = Py_BuildValue("(NnLLLL)", new_state, p.n, (long long)p.unavailable, (long long)p.random_next,
+                               (long long)p.single, (long long)p.kept);
+done:
+    release_all(v, nv);
+    return result;
+}
+
+/* mt_draws(state, kinds, args) -> (state, values): random.Random's draws on `state` one after the
+ * other, for the tests of this generator alone: kind 0 random(), 1 randint(a, b) (args a, b),
+ * 2 getrandbits(k) for k <= 64 (arg k), 3 the one bits of getrandbits(k) (arg k); values are
+ * floats or ints; None for a draw Python would refuse. */
+static PyObject *mt_draws(PyObject *self, PyObject *args) {
+    PyObject *state, *kinds, *params;
+    if (!PyArg_ParseTuple(args, "OOO", &state, &kinds, &params)) return NULL;
+    MT g;
+    if (!mt_from_tuple(state, &g)) return NULL;
+    kinds = PySequence_Fast(kinds, "mt_draws: kinds");
+    if (!kinds) return NULL;
+    params = PySequence_Fast(params, "mt_draws: args");
+    PyObject *values = params ? PyList_New(0) : NULL, *result = NULL;
+    if (!values) goto done;
+    Py_ssize_t next = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(kinds); i++) {
+        const long kind = PyLong_AsLong(PySequence_Fast_GET_ITEM(kinds, i));
+        const int wants = kind == 1 ? 2 : kind == 0 ? 0 : 1;
+        long long a[2] = {0, 0};
+        if (kind == -1 && PyErr_Occurred()) goto done;
+        if (kind < 0 || kind > 3 || next + wants > PySequence_Fast_GET_SIZE(params)) {
+            PyErr_SetString(PyExc_ValueError, "mt_draws: kinds 0..3 and their args");
+            goto done;
+        }
+        for (int j = 0; j < wants; j++) {
+            a[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(params, next++));
+            if (a[j] == -1 && PyErr_Occurred()) goto done;
+        }
+        int64_t out;
+        PyObject *value = NULL;
+        if (kind == 0) value = PyFloat_FromDouble(mt_random(&g));
+        else if (kind == 1) value = mt_randint(&g, a[0], a[1], &out) ? PyLong_FromLongLong(out) : (Py_INCREF(Py_None), Py_None);
+        else if (kind == 2) value = a[0] < 0 || a[0] > 64 ? (Py_INCREF(Py_None), Py_None) : PyLong_FromUnsignedLongLong(mt_bits(&g, (int)a[0]));
+        else value = a[0] < 0 ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLongLong(mt_popcount_bits(&g, a[0]));
+        if (!value || PyList_Append(values, value) < 0) {
+            Py_XDECREF(value);
+            goto done;
+        }
+        Py_DECREF(value);
+    }
+    PyObject *new_state = mt_to_tuple(&g);
+    if (new_state) result = Py_BuildValue("(NO)", new_state, values);
+done:
+    Py_XDECREF(values);
+    Py_DECREF(kinds);
+    Py_XDECREF(params);
+    return result;
+}
+
 static PyObject *crc32c_py(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (!get_buffer(arg, &view, 0, 0, "data")) return NULL;
@@ -1208,6 +1608,11 @@ static PyMethodDef methods[] = {
      "(L, B, K, ids, segments, tok_start, lengths, npred, pred_start, mlm_pos, mlm_ids, labels, members, depths, "
      "input_ids, input_mask, positions, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
      "next_sentence_positions, next_sentence_labels, next_sentence_weights) -> ok"},
+    {"plan_pairs", plan_pairs, METH_VARARGS,
+     "(state, sop, max_num_tokens, short_seq_prob, min_short_seq_length, off, doc_starts, neg_off, neg_starts, base, "
+     "excl_starts, excl, a_lo, a_hi, b_lo, b_hi, labels) -> None or (state, n, negatives_unavailable, random_next, "
+     "single_sentence_chunks, continuations_kept)"},
+    {"mt_draws", mt_draws, METH_VARARGS, "(state, kinds, args) -> (state, values): random.Random's draws (tests)"},
     {"crc32c", crc32c_py, METH_O, "CRC32C of a bytes-like object"},
     {NULL, NULL, 0, NULL},
 };
@@ -1224,7 +1629,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 3) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -2,8 +2,9 @@
 
 ``_wire.c`` holds the hot loops of both directions: reading (frames cut, records of one layout
 decoded, the record checks: :mod:`bert_data.format.batch_decode`, :mod:`bert_data.format.checks`)
-and writing (a pass's rows assembled and masked on its own draws: :mod:`bert_data.instances`,
-:mod:`bert_data.windows`, :mod:`bert_data.masking`; a batch of ``tf.train.Example`` records serialized, payloads framed:
+and writing (a pass's pairs planned on its ``random.Random``'s state, its rows assembled and masked on
+its own draws: :mod:`bert_data.instances`, :mod:`bert_data.windows`, :mod:`bert_data.masking`; a
+batch of ``tf.train.Example`` records serialized, payloads framed:
 :mod:`bert_data.format.example_wire`, :mod:`bert_data.format.tfrecord`). It is optional (built by
 ``setup.py`` when a C compiler is there), and every caller keeps a numpy or Python version of each
 function, used when :func:`wire` is None; the tests hold the two to the same answers and bytes.
@@ -24,7 +25,7 @@ import logging
 from types import ModuleType
 from typing import Optional
 
-WIRE_API = 3  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
+WIRE_API = 4  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
 
 try:  # the optional C accelerator (see setup.py); same answers as the numpy paths
     from . import _wire  # type: ignore[attr-defined]
