@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -42,6 +44,7 @@ from .errors import BertDataError
 from .faults import crash_point
 from .storage import write_bytes
 from .format.indexed import check_consistent, index_bytes, parse_index
+from .output.journal import read_json_object
 from .negatives import NegativePool
 from .tokenization import TokenizedGroup
 
@@ -146,14 +149,8 @@ def group_done(directory: str, group_index: int, digest: str) -> Optional[Dict[s
 
 def read_sidecar(directory: str, group_index: int, digest: Optional[str]) -> Dict[str, Any]:
     path = group_file(directory, group_index, ".json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            sidecar = json.load(handle)
-    except FileNotFoundError:
-        raise TokenCacheError(f"--from_tokens: {path} is missing: the cache is incomplete; {RETOKENIZE}") from None
-    except (OSError, ValueError) as exc:
-        raise TokenCacheError(f"--from_tokens: {path} cannot be read ({exc}); {RETOKENIZE}") from None
-    if not isinstance(sidecar, dict) or sidecar.get("format") != CACHE_FORMAT or sidecar.get("group") != group_index:
+    sidecar = read_cache_json(path, "--from_tokens: ", "the cache is incomplete")
+    if sidecar.get("format") != CACHE_FORMAT or sidecar.get("group") != group_index:
         raise TokenCacheError(f"--from_tokens: {path} is not group {group_index} of a token cache; {RETOKENIZE}")
     if digest is not None and sidecar.get("plan") != digest:
         raise TokenCacheError(
@@ -171,9 +168,12 @@ def check_group_files(directory: str, group_index: int, sidecar: Mapping[str, An
     for suffix, key in ((".bin", "bin_bytes"), (".idx", "idx_bytes")):
         path = group_file(directory, group_index, suffix)
         try:
-            size = os.stat(path).st_size
+            info = os.stat(path)
         except OSError:
             raise TokenCacheError(f"--from_tokens: {path} is missing: the cache is incomplete; {RETOKENIZE}") from None
+        if not stat.S_ISREG(info.st_mode):  # (a FIFO there would block the read)
+            raise TokenCacheError(f"--from_tokens: {path} is not a regular file; {RETOKENIZE}")
+        size = info.st_size
         if size != sidecar.get(key):
             raise TokenCacheError(
                 f"--from_tokens: {path} has {size} bytes, the cache recorded {sidecar.get(key)} (truncated or "
@@ -241,6 +241,8 @@ def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) ->
     digest = hashlib.blake2b(spec.encode("utf-8"), digest_size=16).hexdigest()
     path = os.path.join(directory, f"pool-{digest}.npz")
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # (a FIFO would block np.load): built anew, not kept
+            raise OSError(errno.EINVAL, "not a regular file", path)
         with np.load(path, allow_pickle=False) as data:
             return NegativePool(data["ids"], data["offsets"].tolist(), data["doc_starts"].tolist(),
                                 data["origins"].astype(np.uint64).tolist(), json.loads(str(data["facts"])))
@@ -265,21 +267,23 @@ def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) ->
 # --------------------------------------------------------------------------------------------
 
 
+def read_cache_json(path: str, where: str, if_missing: str) -> Dict[str, Any]:
+    """A JSON file of the cache (its manifest, a group's sidecar) as an object, or one line:
+    missing (``if_missing`` says what that means), or not a readable JSON object (a FIFO or a
+    device put there is refused, never waited on: :func:`bert_data.output.journal.read_json_object`)."""
+    if not os.path.lexists(path):
+        raise TokenCacheError(f"{where}{path} is missing: {if_missing}; {RETOKENIZE}")
+    return read_json_object(path, lambda p, what: TokenCacheError(f"{where}{p} cannot be read ({what}); {RETOKENIZE}"),
+                            follow_links=True)
+
+
 def load_cache_manifest(directory: str) -> Dict[str, Any]:
     path = os.path.join(directory, CACHE_MANIFEST)
     if not os.path.isdir(directory):
         raise TokenCacheError(f"--from_tokens {directory}: no such directory; make it with bert-data tokenize --output_dir {directory}")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except FileNotFoundError:
-        raise TokenCacheError(
-            f"--from_tokens {directory}: {path} is missing: not a token cache, or bert-data tokenize did not finish; "
-            f"{RETOKENIZE}"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise TokenCacheError(f"--from_tokens {directory}: {path} cannot be read ({exc}); {RETOKENIZE}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
+    manifest = read_cache_json(path, f"--from_tokens {directory}: ",
+                               "not a token cache, or bert-data tokenize did not finish")
+    if manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
         raise TokenCacheError(f"--from_tokens {directory}: {path} is not a token cache of version {CACHE_VERSION}; {RETOKENIZE}")
     return manifest
 

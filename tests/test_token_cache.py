@@ -205,6 +205,52 @@ def test_a_damaged_or_partial_cache_is_one_line_naming_the_file(corpus, tmp_path
     _one_line_error(_cli("create", args), os.path.basename(target))
 
 
+@pytest.mark.parametrize("target, kind", [
+    ("tokens.json", "fifo"), ("g000000001.json", "fifo"), ("g000000002.bin", "fifo"), ("g000000000.idx", "fifo"),
+    ("tokens.json", "directory"), ("g000000003.json", "directory"), ("tokens.json", "not_an_object"),
+    ("g000000001.json", "not_utf8"),
+])
+def test_a_cache_file_that_is_no_regular_file_is_refused_never_waited_on(corpus, tmp_path: Path, target, kind) -> None:
+    """A FIFO (or a directory, or bytes that are no JSON object) where a cache file belongs: one
+    line naming it, at once; opening a FIFO to read it would wait for a writer for ever."""
+    cache = _copy_cache(corpus, tmp_path)
+    path = cache / target
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"[1, 2]" if kind == "not_an_object" else b'{"a": "\xff\xfe"}')
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache)
+    _one_line_error(_cli("create", args), target)
+
+
+def test_a_fifo_in_place_of_the_kept_pool_is_replaced_by_the_pool(corpus, tmp_path: Path) -> None:
+    cache = _copy_cache(corpus, tmp_path)
+    raw = tmp_path / "raw"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4, seed=3), "--quiet"]) == 0
+    first = tmp_path / "first"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], first, split_num=4, seed=3,
+                                                from_tokens=cache), "--quiet"]) == 0
+    (pool,) = [p for p in cache.glob("pool-*.npz")]
+    pool.unlink()
+    os.mkfifo(pool)
+    done = _cli("create", base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, seed=3,
+                                    from_tokens=cache))
+    assert done.returncode == 0, done.stderr
+    _same_output(tmp_path / "out", raw)
+    assert pool.is_file()
+
+
+def test_tokenize_into_a_directory_holding_a_fifo_manifest_is_one_line(corpus, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.mkfifo(cache / "tokens.json")
+    done = _cli("tokenize", _tokenize_args(corpus, cache, split_num=4))
+    _one_line_error(done, "tokens.json", "--overwrite")
+
+
 def test_a_changed_document_is_refused(tmp_path: Path) -> None:
     corpus = {"metadata": write_corpus(tmp_path / "corpus", n_docs=6), "vocab": write_vocab(tmp_path / "vocab.txt")}
     cache = tmp_path / "cache"

@@ -18,6 +18,7 @@ shapes the bytes is unchanged, for every output kind alike:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -54,43 +55,63 @@ def read_journal(path: str) -> Dict:
     """A journal file (``run.json``, ``progress.json``, an index entry, a manifest read for
     resume) as a JSON object, or one line saying it is damaged. A local file is opened only when
     it is a regular file (a FIFO put there would block the open) of a sane size."""
-    raw = _read_remote(path) if storage.is_remote(path) else _read_local(path)
+    return read_json_object(path)
+
+
+#: What a JSON reader raises for a file it cannot use: ``(path, what is wrong) -> exception``.
+Refusal = Callable[[str, str], Exception]
+
+
+def read_json_object(path: str, refuse: Refusal = damaged, follow_links: bool = False) -> Dict:
+    """The one reader of the small JSON files bert_data writes and reads back (journals, the
+    token cache's manifest and sidecars): a JSON object, or ``refuse(path, what)`` raised, never a
+    hang on a FIFO or device, never a whole huge file read, never a traceback on bytes that are
+    not UTF-8 or nested too deeply. ``follow_links``: a symbolic link to a regular file is read
+    (a journal never is one: it is refused there)."""
+    raw = _read_remote(path, refuse) if storage.is_remote(path) else _read_local(path, refuse, follow_links)
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise damaged(path, "not valid JSON: not UTF-8 text") from None
+        raise refuse(path, "not valid JSON: not UTF-8 text") from None
     except ValueError as exc:
-        raise damaged(path, f"not valid JSON: {str(exc).splitlines()[0]}") from None
+        raise refuse(path, f"not valid JSON: {str(exc).splitlines()[0]}") from None
     except RecursionError:
-        raise damaged(path, "not valid JSON: nested too deeply") from None
+        raise refuse(path, "not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
-        raise damaged(path, "not a JSON object")
+        raise refuse(path, "not a JSON object")
     return data
 
 
-def _read_local(path: str) -> bytes:
+def _read_local(path: str, refuse: Refusal, follow_links: bool) -> bytes:
     try:
-        info = os.lstat(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise damaged(path, "not a regular file")
-        if info.st_size > MAX_JOURNAL_BYTES:
-            raise damaged(path, f"{info.st_size} bytes, far more than a journal holds")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        # O_NONBLOCK: opening a FIFO for reading returns at once (fstat then says what it is)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW))
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JOURNAL_BYTES:
+            os.close(fd)
+            raise refuse(path, "not a regular file" if not stat.S_ISREG(info.st_mode) else
+                         f"{info.st_size} bytes, far more than a journal holds")
         with open(fd, "rb") as handle:
             return handle.read(MAX_JOURNAL_BYTES + 1)
     except OSError as exc:
-        raise damaged(path, f"cannot be read: {exc.strerror or exc}") from None
+        if exc.errno == errno.ELOOP and not follow_links:  # O_NOFOLLOW on a link
+            raise refuse(path, "not a regular file") from None
+        raise refuse(path, f"cannot be read: {exc.strerror or exc}") from None
 
 
-def _read_remote(path: str) -> bytes:
+def _read_remote(path: str, refuse: Refusal) -> bytes:
     try:
         raw = storage.read_bytes(path)
     except ResumeError:
         raise
     except Exception as exc:  # the store's own errors (network, credentials, a missing object)
-        raise damaged(path, f"cannot be read: {exc}") from None
+        raise refuse(path, f"cannot be read: {exc}") from None
     if len(raw) > MAX_JOURNAL_BYTES:
-        raise damaged(path, f"{len(raw)} bytes, far more than a journal holds")
+        raise refuse(path, f"{len(raw)} bytes, far more than a journal holds")
     return raw
 
 

@@ -13,7 +13,6 @@ every group, so a cache without one is unfinished, and the same command again co
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import shutil
@@ -27,6 +26,7 @@ from ..errors import BertDataError
 from ..format.indexed import token_dtype
 from ..group import Resources, StageClock, tokenized_units
 from ..metadata import MetadataSummary, WorkItem
+from ..output.journal import read_json_object
 from ..output.lock import output_lock
 from ..token_cache import (
     CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, group_done,
@@ -185,14 +185,19 @@ def _manifest(config: Config, identity: Dict[str, Any], inputs: Dict[str, str], 
     }
 
 
+class _Unreadable(Exception):
+    pass
+
+
 def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
+    """The JSON object at ``path``; None when there is none; {} when it cannot be used (not this
+    cache: refused by the caller unless --overwrite), a FIFO or device included, never waited on."""
+    if not os.path.lexists(path):
         return None
-    except (OSError, ValueError):
-        return {}  # unreadable: not this cache (refused above unless --overwrite)
+    try:
+        return read_json_object(path, lambda p, what: _Unreadable(what), follow_links=True)
+    except _Unreadable:
+        return {}
 
 
 def _remove(path: str) -> None:
