@@ -11,7 +11,10 @@ vectorised over a whole batch; ``mask_whole_word`` picks whole words (a candidat
 ``##`` continuation candidates) greedily and makes one 80/10/10 choice per word.
 
 Randomness comes only from the generator passed in, which callers derive from
-(seed, group, pass) in :mod:`bert_data.group`.
+(seed, group, pass) in :mod:`bert_data.group`. With the C accelerator the choice is made by
+``_wire.choose_rows``, which draws the keys itself from that generator exactly as
+``rng.random((n, L))`` would (a PCG64 stepped inline, any other BitGenerator through its
+capsule) and leaves it in the same state; the numpy path below stays the reference and fallback.
 """
 
 from __future__ import annotations
@@ -64,18 +67,19 @@ def mask_batch(
         if is_continuation is None:
             raise ValueError("whole-word masking needs the vocabulary's ## continuation table")
         return _mask_whole_words(arrays, params, rng, is_continuation)
-    input_ids = arrays["input_ids"].copy()
     candidates = arrays["candidates"]
-    n, length = input_ids.shape
+    n, length = arrays["input_ids"].shape
     p = params.max_predictions_per_seq
-    k = np.minimum(num_to_predict(arrays["real_length"], params), candidates.sum(axis=1))
-    keys = rng.random((n, length))
+    wanted = num_to_predict(arrays["real_length"], params)
     width = min(p, length)
+    masked = _mask_native(arrays, wanted, width, params, rng)
+    if masked is not None:
+        return masked
+    k = np.minimum(wanted, candidates.sum(axis=1))
+    input_ids = arrays["input_ids"].copy()
+    keys = rng.random((n, length))
     coin = rng.random((n, width))  # drawn before the choice, which draws nothing: the same stream
     random_ids = rng.integers(0, params.vocab_size, size=(n, width))
-    chosen_native = _mask_rows_native(input_ids, candidates, keys, k, coin, random_ids, params)
-    if chosen_native is not None:
-        return _features(arrays, input_ids, *chosen_native, p)
     keys[~candidates] = 2.0
     chosen = np.argpartition(keys, width - 1, axis=1)[:, :width] if width < length else np.argsort(keys, axis=1)
     chosen_keys = np.take_along_axis(keys, chosen, axis=1)
@@ -91,41 +95,77 @@ def mask_batch(
     original = np.where(used, input_ids[rows, positions], 0)
     replacement = _replacement_tokens(original, coin, random_ids, params.mask_id)
     input_ids[rows, positions] = np.where(used, replacement, input_ids[rows, positions])
-    return _features(arrays, input_ids, positions, original, used, p)
+    return _features(arrays, input_ids, positions, original, used.astype(np.float32), p)
 
 
-def _mask_rows_native(input_ids, candidates, keys, k, coin, random_ids, params) -> Optional[tuple]:
-    """The choice and replacements of :func:`mask_batch` for its draws by ``_wire.mask_rows``
-    (``input_ids`` changed in place): ``(positions, original, used)``, ``max_predictions_per_seq``
-    wide. None without the accelerator, for arrays it does not take, or when a row's k-th key ties
-    with the next (numpy's choice among equal keys is its own): ``input_ids`` is then unchanged."""
+def _mask_native(arrays, wanted, width, params, rng) -> Optional[Dict[str, np.ndarray]]:
+    """:func:`mask_batch` by ``_wire.choose_rows`` (which lowers the ``wanted`` counts to the
+    rows' counts of candidates) and ``_wire.replace_rows``, on the very draws of the numpy path,
+    in its order: the keys (``rng.random((n, L))``, drawn in C, never stored), the coin, the
+    random ids. None, with ``rng``'s state as it was, without the accelerator, for arrays or a
+    generator it does not take (no BitGenerator capsule), or when a row's k-th key ties with the
+    next (numpy's choice among equal keys is its own; about once in 2**45 rows)."""
     native = wire()
-    if native is None or input_ids.dtype != np.int32 or not input_ids.flags.c_contiguous or candidates.dtype != np.bool_:
+    input_ids, candidates = arrays["input_ids"], arrays["candidates"]
+    bit_generator = getattr(rng, "bit_generator", None)
+    if native is None or not hasattr(bit_generator, "capsule"):
+        return None
+    if input_ids.dtype != np.int32 or candidates.dtype != np.bool_:
         return None
     n, length = input_ids.shape
-    p, width = params.max_predictions_per_seq, coin.shape[1]
-    positions, original = np.empty((n, p), np.int32), np.empty((n, p), np.int32)
-    used = np.empty((n, p), np.bool_)
-    if not native.mask_rows(n, length, width, p, params.mask_id, input_ids, np.ascontiguousarray(candidates),
-                            keys, k.astype(np.int64), coin, random_ids.astype(np.int64, copy=False), positions, original,
-                            used):
+    p = params.max_predictions_per_seq
+    k = np.array(wanted, dtype=np.int64)  # lowered in place to each row's count of candidates
+    positions = np.empty((n, p), np.int32)
+    if not _choose_native(native, (n, length, width, p, np.ascontiguousarray(candidates), k), bit_generator, positions):
         return None
-    return positions, original, used
+    coin = rng.random((n, width))
+    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
+    masked_ids = np.array(input_ids, order="C")  # a copy: the caller's ids are left alone
+    original, weights = np.empty((n, p), np.int32), np.empty((n, p), np.float32)
+    native.replace_rows(n, length, width, p, params.mask_id, masked_ids, k, coin, random_ids, positions, original,
+                        weights)
+    return _features(arrays, masked_ids, positions, original, weights, p)
 
 
-def _features(arrays, input_ids, positions, original, used, p) -> Dict[str, np.ndarray]:
+_WORD = (1 << 64) - 1
+
+
+def _choose_native(native, sizes, bit_generator, positions) -> bool:
+    """``_wire.choose_rows`` on keys drawn from ``bit_generator`` as ``Generator.random`` draws
+    them: a PCG64 (every pass's, see :mod:`bert_data.group`) by its state, stepped inline in C and
+    set back (the lock is not held from the read to the write: ``state`` takes it, and older
+    numpy's is a plain Lock; a pass's generator is drawn from by one thread); any other through its
+    capsule's ``next_double``, under its lock. False on a tie, the generator's state then as it was."""
+    before = bit_generator.state
+    if native.PCG64 and type(bit_generator) is np.random.PCG64:
+        state, inc = before["state"]["state"], before["state"]["inc"]
+        words = np.array([state >> 64, state & _WORD, inc >> 64, inc & _WORD], np.uint64)
+        if not native.choose_rows(*sizes, words, positions):
+            return False
+        bit_generator.state = {**before, "state": {"state": int(words[0]) << 64 | int(words[1]), "inc": inc}}
+        return True
+    with bit_generator.lock:  # as Generator.random holds it while it draws
+        chosen = native.choose_rows(*sizes, bit_generator.capsule, positions)
+    if not chosen:
+        bit_generator.state = before  # numpy draws the same keys again and makes its own choice
+    return chosen
+
+
+def _features(arrays, input_ids, positions, original, weights, p) -> Dict[str, np.ndarray]:
+    """The batch's output features: ``arrays`` but for the masking inputs, the masked ids and the
+    ``masked_lm_*`` features padded to ``p`` slots (``weights`` float32, 1.0 per prediction)."""
     n, width = positions.shape
     if width < p:
         pad = np.zeros((n, p - width), dtype=positions.dtype)
         positions = np.concatenate([positions, pad], axis=1)
         original = np.concatenate([original, pad], axis=1)
-        used = np.concatenate([used, pad.astype(bool)], axis=1)
+        weights = np.concatenate([weights, pad.astype(np.float32)], axis=1)
     features = {name: value for name, value in arrays.items() if name not in _MASKING_INPUTS}
     features.update(
         input_ids=input_ids.astype(np.int32, copy=False),  # fresh arrays of this module: no copy needed
         masked_lm_positions=positions.astype(np.int32, copy=False),
         masked_lm_ids=original.astype(np.int32, copy=False),
-        masked_lm_weights=used.astype(np.float32),
+        masked_lm_weights=weights,
     )
     return features
 
@@ -186,6 +226,6 @@ def _mask_whole_words(arrays, params, rng, is_continuation) -> Dict[str, np.ndar
         original[row, :count] = ids_row[sorted_positions]
         used[row, :count] = True
         ids_row[sorted_positions] = [new_values[i] for i in sorted_positions]
-    return _features(arrays, input_ids, positions, original, used, p)
+    return _features(arrays, input_ids, positions, original, used.astype(np.float32), p)
 
 

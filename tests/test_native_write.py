@@ -318,11 +318,10 @@ def test_c_bytes_are_tensorflows_deterministic_serialization(wire):
 
 
 # --------------------------------------------------------------------------------------
-# A pass's rows: assembly (instances.assemble) and masking (masking.mask_batch)
+# A pass's rows: assembly (instances.assemble; masking: test_native_masking.py)
 # --------------------------------------------------------------------------------------
 
 from bert_data.instances import InstanceParams, PairPlan, assemble  # noqa: E402
-from bert_data.masking import MaskingParams, mask_batch  # noqa: E402
 
 
 def _same_arrays(left, right):
@@ -385,71 +384,8 @@ def test_assemble_of_a_bad_plan_is_numpys_answer(case):
     _same_outcome(*both(lambda: _outcome(assemble, *case)))
 
 
-@st.composite
-def masking_batches(draw):
-    n = draw(st.integers(0, 6))
-    length = draw(st.integers(3, 40))
-    real = draw(hnp.arrays(np.int64, n, elements=st.integers(3, length)))
-    ids = draw(hnp.arrays(np.int32, (n, length), elements=st.integers(0, 200)))
-    candidates = np.zeros((n, length), np.bool_)
-    for r in range(n):
-        inside = draw(hnp.arrays(np.bool_, length, elements=st.booleans()))
-        candidates[r, 1 : real[r] - 1] = inside[1 : real[r] - 1]
-    params = MaskingParams(draw(st.sampled_from([0.15, 0.5, 1.0])), draw(st.integers(1, 45)), False, 201, 103)
-    return {"input_ids": ids, "candidates": candidates, "real_length": real,
-            "next_sentence_labels": np.zeros((n, 1), np.int32)}, params
-
-
-class TiedKeys:
-    """A Generator whose keys are multiples of 1/4 (ties everywhere): the C choice must step
-    aside for numpy's (a real Generator ties about once in 2**45 rows)."""
-
-    def __init__(self, seed):
-        self.rng = np.random.default_rng(seed)
-        self.calls = 0
-
-    def random(self, size):
-        self.calls += 1
-        values = self.rng.random(size)
-        return np.floor(values * 4) / 4 if self.calls == 1 else values
-
-    def integers(self, low, high, size):
-        return self.rng.integers(low, high, size=size)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(masking_batches(), st.integers(0, 2**32), st.booleans())
-def test_mask_batch_c_and_numpy_give_the_same_arrays(batch, seed, tied):
-    arrays, params = batch
-
-    given_ids = arrays["input_ids"].copy()
-
-    def run():
-        rng = TiedKeys(seed) if tied else np.random.default_rng(seed)
-        features = mask_batch(arrays, params, rng)
-        return features, rng.random(3) if not tied else rng.rng.random(3)  # what is left of the stream too
-
-    (c_features, c_after), (n_features, n_after) = both(run)
-    _same_arrays(c_features, n_features)
-    np.testing.assert_array_equal(c_after, n_after)
-    np.testing.assert_array_equal(arrays["input_ids"], given_ids)  # a copy is masked, not the caller's
-
-
-def test_mask_rows_leaves_the_ids_alone_on_a_tie(wire):
-    ids = np.array([[101, 5, 6, 7, 102]], np.int32)
-    candidates = np.array([[0, 1, 1, 1, 0]], np.bool_)
-    keys = np.array([[0.9, 0.5, 0.2, 0.5, 0.1]])
-    out = [np.zeros((1, 2), np.int32), np.zeros((1, 2), np.int32), np.zeros((1, 2), np.bool_)]
-    args = (candidates, keys, np.array([2]), np.zeros((1, 2)), np.zeros((1, 2), np.int64))
-    assert wire.mask_rows(1, 5, 2, 2, 103, ids, *args, *out) is False
-    assert ids.tolist() == [[101, 5, 6, 7, 102]]
-    assert wire.mask_rows(1, 5, 1, 2, 103, ids, candidates, keys, np.array([1]), np.zeros((1, 1)),
-                          np.zeros((1, 1), np.int64), *out) is True
-    assert ids.tolist() == [[101, 5, 103, 7, 102]] and out[0].tolist() == [[2, 0]] and out[1].tolist() == [[6, 0]]
-
-
 @pytest.mark.parametrize("bad", ["ids_int64", "ids_strided", "plan_int32", "out_short", "candidates_int8"])
-def test_wire_assemble_and_mask_refuse_bad_arrays(wire, bad):
+def test_wire_assemble_refuses_bad_arrays(wire, bad):
     n, length = 2, 6
     ids = np.arange(10, dtype=np.int64 if bad == "ids_int64" else np.int32)
     if bad == "ids_strided":
@@ -459,26 +395,6 @@ def test_wire_assemble_and_mask_refuse_bad_arrays(wire, bad):
     candidates = np.empty((n, length), np.int8 if bad == "candidates_int8" else np.bool_)
     with pytest.raises((TypeError, ValueError, BufferError)):
         wire.assemble_pairs(n, length, ids, *plan, 101, 102, *outs, candidates, np.empty(n, np.int64))
-    if bad in ("out_short", "candidates_int8"):
-        with pytest.raises((TypeError, ValueError, BufferError)):
-            wire.mask_rows(n, length, 2, 2, 103, np.zeros((n, length), np.int32), candidates, np.zeros((n, length)),
-                           np.zeros(n, np.int64), np.zeros((n, 2)), np.zeros((n, 2), np.int64), outs[0][:, :2].copy(),
-                           np.zeros((n, 2 + (bad == "out_short")), np.int32), np.zeros((n, 2), np.bool_))
-
-
-def test_mask_rows_finds_the_smallest_keys_when_few_are_small(wire):
-    """Keys far from uniform (most above the first threshold): the choice is still exact."""
-    length = 120
-    ids = np.arange(length, dtype=np.int32)[None, :].copy()
-    candidates = np.ones((1, length), np.bool_)
-    keys = 0.5 + np.arange(length)[None, :] / 1000.0
-    keys[0, 50], keys[0, 60] = 0.01, 0.02
-    out = [np.zeros((1, 6), np.int32), np.zeros((1, 6), np.int32), np.zeros((1, 6), np.bool_)]
-    assert wire.mask_rows(1, length, 5, 6, 999, ids, candidates, keys, np.array([5]), np.zeros((1, 5)),
-                          np.zeros((1, 5), np.int64), *out) is True
-    assert out[0].tolist() == [[0, 1, 2, 50, 60, 0]]
-    assert out[2].tolist() == [[True] * 5 + [False]]
-    assert ids[0, [0, 1, 2, 50, 60]].tolist() == [999] * 5
 
 
 from bert_data.windows import assemble_windows  # noqa: E402

@@ -47,11 +47,12 @@
  * frame_records(payloads) -> bytes
  *     TFRecord frames of a sequence of payloads (bert_data.format.tfrecord.frame_records' bytes).
  *
- * assemble_pairs(...) -> ok, assemble_windows(...) -> ok, mask_rows(...) -> ok
+ * assemble_pairs(...) -> ok, assemble_windows(...) -> ok, choose_rows(...) -> ok, replace_rows(...)
  *     bert_data.instances.assemble's and bert_data.windows.assemble_windows' rows, and
- *     bert_data.masking.mask_batch's choice and replacements on the caller's draws (documented at
- *     the functions); False sends the caller to its numpy path (a plan that does not fit; a tie
- *     between keys).
+ *     bert_data.masking.mask_batch's choice (its keys drawn here from the caller's numpy
+ *     BitGenerator, as rng.random would draw them) and replacements (on the caller's later draws),
+ *     documented at the functions; False sends the caller to its numpy path (a plan that does not
+ *     fit; a tie between keys).
  *
  * plan_pairs(...) -> None or (state, n, counters...)
  *     bert_data.instances.plan_pairs for one pass (NSP or SOP pairs and their counters), on the
@@ -61,7 +62,7 @@
  *     sends the caller to Python's planner. mt_draws(...) runs the generator alone (tests).
  *
  * The writers hold the GIL (they are called from one thread, and the first two make Python
- * objects as they go); plan_pairs releases it while it plans.
+ * objects as they go); plan_pairs and choose_rows release it while they work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -960,108 +961,294 @@ done:
     return result;
 }
 
-/* The k smallest of the candidate keys of one row, their positions ascending into pos[0..k);
- * 0 when there are fewer than k candidates, or the k-th and the (k+1)-th smallest are equal
- * (numpy's choice among them is its own). `buf` holds L doubles. The keys are uniform in
- * [0, 1), so the k smallest of m are almost always below t = (k + 3 sqrt(k) + 3) / m: the keys
- * below t are gathered without a branch (a few dozen) and the k smallest of those kept sorted;
- * all candidates are gathered again only when fewer than k were below t (still exact). */
-static int select_row(const double *keys, const uint8_t *cand, Py_ssize_t L, Py_ssize_t k, double *buf, int32_t *pos) {
-    if (k == 0) return 1;
+/* numpy's bitgen_t (numpy/random/bitgen.h: "Must match the declaration in numpy/random/<any>.pxd",
+ * unchanged since numpy 1.17): what a BitGenerator's `capsule` (named "BitGenerator") points to.
+ * Generator.random(size) fills out[i] = next_double(state) in C order (numpy's
+ * random_standard_uniform_fill), so calling next_double here, row by row, draws the very keys
+ * rng.random((n, L)) would, and leaves the generator where it would. */
+typedef struct {
+    void *state;
+    uint64_t (*next_uint64)(void *st);
+    uint32_t (*next_uint32)(void *st);
+    double (*next_double)(void *st);
+    uint64_t (*next_raw)(void *st);
+} BitGen;
+
+/* The k-th smallest (0-based) of a[0..n), n > k, reordering a (Hoare's selection). */
+static double kth_smallest(double *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (hi > lo) {
+        const double x = a[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < x) i++;
+            while (a[j] > x) j--;
+            if (i <= j) {
+                const double s = a[i];
+                a[i++] = a[j];
+                a[j--] = s;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return x; /* between the two parts: equal to the pivot */
+    }
+    return a[k];
+}
+
+#ifdef __SIZEOF_INT128__
+#define HAVE_PCG64 1
+/* numpy's PCG64 (numpy/random/src/pcg64: the 128-bit LCG of multiplier PCG_DEFAULT_MULTIPLIER_128
+ * and odd increment `inc`, stepped before each output, XSL-RR output; next_double takes its top 53
+ * bits; tests/test_native_masking.py holds it to numpy's own draws and state): inline, the keys
+ * past a row's last candidate (its padding) are skipped by a jump instead of drawn one by one. */
+typedef unsigned __int128 U128;
+#define PCG64_MULT (((U128)2549297995355413924ULL << 64) | 4865540595714422341ULL)
+
+static inline double pcg64_double(U128 *state, U128 inc) {
+    *state = *state * PCG64_MULT + inc;
+    const uint64_t x = (uint64_t)(*state >> 64) ^ (uint64_t)*state;
+    const unsigned rot = (unsigned)(*state >> 122);
+    return (double)(((x >> rot) | (x << ((64 - rot) & 63))) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The state `delta` steps on (numpy's pcg_advance_lcg_128: PCG64.advance). */
+static U128 pcg64_advance(U128 state, U128 inc, uint64_t delta) {
+    U128 mult = PCG64_MULT, plus = inc, acc_mult = 1, acc_plus = 0;
+    for (; delta; delta >>= 1) {
+        if (delta & 1) {
+            acc_mult *= mult;
+            acc_plus = acc_plus * mult + plus;
+        }
+        plus = (mult + 1) * plus;
+        mult *= mult;
+    }
+    return acc_mult * state + acc_plus;
+}
+#else
+#define HAVE_PCG64 0
+#endif
+
+/* Scratch of choose_row: L doubles each (row: the drawn keys), L int32s each. */
+typedef struct { double *row, *gathered, *bucket; int32_t *at, *taken; } ChooseScratch;
+
+enum { CHOOSE_BUCKETS = 64 };
+
+/* The bucket of key x among CHOOSE_BUCKETS equal parts of [0, hi) (scale = CHOOSE_BUCKETS / hi):
+ * non-decreasing in x, clamped to the first and last bucket (any double, NaN too, is safe). */
+static inline int bucket_of(double x, double scale) {
+    const double f = x * scale;
+    return f < (double)CHOOSE_BUCKETS ? (f >= 1.0 ? (int)f : 0) : CHOOSE_BUCKETS - 1;
+}
+
+/* The *k candidates of one row with the smallest keys, their positions ascending into pos[0..*k),
+ * *k first lowered to the row's count of candidates; 0 when the k-th and the (k+1)-th smallest
+ * are equal (numpy's choice among them is its own). The keys are uniform in [0, 1), so the k smallest of m
+ * are almost always below t = (k + 3 sqrt(k) + 3) / m: the keys below t (a few dozen) are gathered
+ * with their positions, without a branch (every candidate only when fewer than k were below t:
+ * still exact). The k-th smallest of those is found by a histogram of CHOOSE_BUCKETS equal parts
+ * of [0, t): the bucket where the count reaches k, then the few keys in it. Every key below t is
+ * gathered, so every key equal to the k-th is: more than k gathered keys up to the k-th is a tie. */
+static int choose_row(const double *keys, const uint8_t *cand, Py_ssize_t L, int64_t *k_row, ChooseScratch *s,
+                      int32_t *pos) {
     Py_ssize_t m = 0;
     for (Py_ssize_t j = 0; j < L; j++) m += cand[j] != 0;
-    if (k > m) return 0;
+    if (*k_row > m) *k_row = m;
+    const Py_ssize_t k = (Py_ssize_t)*k_row;
+    if (k == 0) return 1;
     double t = ((double)k + 3.0 * sqrt((double)k) + 3.0) / (double)m;
     Py_ssize_t c;
     for (;;) {
         c = 0;
         for (Py_ssize_t j = 0; j < L; j++) {
-            buf[c] = keys[j];
-            c += cand[j] != 0 && keys[j] < t;
+            s->gathered[c] = keys[j];
+            s->at[c] = (int32_t)j;
+            c += (cand[j] != 0) & (keys[j] < t);
         }
         if (c >= k) break;
         t = INFINITY; /* fewer than k below t: every candidate */
     }
-    for (Py_ssize_t i = 1; i < c; i++) { /* buf[0..k) becomes the k smallest gathered, sorted */
-        const double x = buf[i];
-        Py_ssize_t h = i < k ? i : k;
-        if (h == k && x >= buf[k - 1]) continue;
-        for (; h > 0 && buf[h - 1] > x; h--)
-            if (h < k) buf[h] = buf[h - 1];
-        buf[h] = x;
+    const double scale = (double)CHOOSE_BUCKETS / (t < 1.0 ? t : 1.0);
+    Py_ssize_t hist[CHOOSE_BUCKETS] = {0}, below = 0, in = 0;
+    for (Py_ssize_t i = 0; i < c; i++) hist[bucket_of(s->gathered[i], scale)]++;
+    int b = 0;
+    while (below + hist[b] < k) below += hist[b++]; /* ends: the counts add up to c >= k */
+    for (Py_ssize_t i = 0; i < c; i++) { /* the keys of bucket b */
+        s->bucket[in] = s->gathered[i];
+        in += bucket_of(s->gathered[i], scale) == b;
     }
-    const double kth = buf[k - 1];
+    const double kth = kth_smallest(s->bucket, in, k - below - 1);
     Py_ssize_t taken = 0;
-    for (Py_ssize_t j = 0; j < L; j++) {
-        if (cand[j] && keys[j] <= kth) {
-            if (taken == k) return 0; /* a (k+1)-th key equal to the k-th */
-            pos[taken++] = (int32_t)j;
-        }
+    for (Py_ssize_t i = 0; i < c; i++) { /* gathered in position order: the chosen ascending */
+        s->taken[taken] = s->at[i];
+        taken += s->gathered[i] <= kth;
     }
+    if (taken != k) return 0; /* a (k+1)-th key equal to the k-th */
+    memcpy(pos, s->taken, (size_t)k * sizeof(int32_t));
     return 1;
 }
 
-/* mask_rows(n, L, width, p, mask_id, input_ids, candidates, keys, k, coin, random_ids, positions,
- * original, used) -> bool: bert_data.masking.mask_batch's choice and replacements for draws
- * made by the caller: per row the k[r] candidates of smallest key (keys float64 (n, L),
- * candidates bool (n, L)), positions ascending; slot s of them becomes [MASK] when coin[r, s] <
- * 0.8, stays when < 0.9, else random_ids[r, s] (coin float64, random_ids int64, (n, width)).
- * input_ids (int32 (n, L)) is changed in place; positions and original (int32) and used (bool)
- * are (n, p), 0 past each row's count. False, with nothing written, when some row has a tie at
- * its k-th key (the caller then runs numpy on the same draws). */
-static PyObject *mask_rows(PyObject *self, PyObject *args) {
+/* choose_rows(n, L, width, p, candidates, k, source, positions) -> bool: the choice of
+ * bert_data.masking.mask_batch: per row the k[r] candidates (bool (n, L)) of smallest key,
+ * positions ascending into int32 (n, p) `positions`, 0 past k[r]. `k` (int64 (n), each in [0, p])
+ * holds the numbers to predict, each lowered in place to its row's count of candidates (so <= width).
+ * `source` is one of
+ *   - the keys, float64 (n, L), in [0, 1);
+ *   - a numpy BitGenerator's capsule: the keys are its next_double() draws, all n L of them in C
+ *     order (those of positions that are not candidates too), exactly rng.random((n, L))'s; the
+ *     caller holds the BitGenerator's lock;
+ *   - (where the module's PCG64 is 1) a numpy PCG64's state, uint64 [state >> 64, state mod 2**64,
+ *     inc >> 64, inc mod 2**64]: the same draws made inline, its first two words advanced in place
+ *     by n L steps (the caller sets them back into the PCG64).
+ * False when a row has a tie at its k-th key (the generator then left part way: the caller puts
+ * its state back, and runs numpy). Releases the GIL while it works. */
+static PyObject *choose_rows(PyObject *self, PyObject *args) {
     Py_ssize_t n, L, width, p;
-    long long mask_id;
-    PyObject *objs[9];
-    if (!PyArg_ParseTuple(args, "nnnnLOOOOOOOOO", &n, &L, &width, &p, &mask_id, &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4], &objs[5], &objs[6], &objs[7], &objs[8]))
-        return NULL;
+    PyObject *objs[4], *source;
+    if (!PyArg_ParseTuple(args, "nnnnOOOO", &n, &L, &width, &p, &objs[0], &objs[1], &source, &objs[2])) return NULL;
     if (n < 0 || L < 1 || width < 0 || p < width || width > L) {
-        PyErr_SetString(PyExc_ValueError, "mask_rows: sizes must satisfy 0 <= width <= p, width <= L");
+        PyErr_SetString(PyExc_ValueError, "choose_rows: sizes must satisfy 0 <= width <= p, width <= L");
         return NULL;
     }
-    const Py_ssize_t counts[9] = {n * L, n * L, n * L, n, n * width, n * width, n * p, n * p, n * p};
-    const Py_ssize_t items[9] = {4, 1, 8, 8, 8, 8, 4, 4, 1};
-    const char codes[9] = {'i', '?', 'd', 'q', 'd', 'q', 'i', 'i', '?'};
-    const int writable[9] = {1, 0, 0, 0, 0, 0, 1, 1, 1};
-    Py_buffer v[9];
+    const Py_ssize_t counts[3] = {n * L, n, n * p}, items[3] = {1, 8, 4};
+    const char codes[3] = {'?', 'q', 'i'};
+    const int writable[3] = {0, 1, 1};
+    Py_buffer v[4];
     int nv = 0;
     PyObject *result = NULL;
-    double *scratch = NULL;
-    for (int a = 0; a < 9; a++) {
-        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "mask_rows")) goto done;
+    ChooseScratch s = {NULL, NULL, NULL, NULL, NULL};
+    const BitGen *gen = NULL;
+    uint64_t *pcg = NULL;
+    for (int a = 0; a < 3; a++) {
+        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "choose_rows")) goto done;
         nv++;
     }
-    int32_t *ids = v[0].buf, *positions = v[6].buf, *original = v[7].buf;
-    const uint8_t *cand = v[1].buf;
-    const double *keys = v[2].buf, *coin = v[4].buf;
-    const int64_t *k = v[3].buf, *random_ids = v[5].buf;
-    uint8_t *used = v[8].buf;
-    scratch = PyMem_Malloc((size_t)L * sizeof(double)); /* select_row's gathered keys */
-    if (!scratch) { PyErr_NoMemory(); goto done; }
-    int ok = 1;
-    memset(positions, 0, (size_t)(n * p) * 4);
-    for (Py_ssize_t r = 0; r < n && ok; r++) { /* the choice of every row first: nothing changes on a tie */
-        ok = k[r] >= 0 && k[r] <= width && select_row(keys + r * L, cand + r * L, L, (Py_ssize_t)k[r], scratch, positions + r * p);
+    if (PyCapsule_CheckExact(source)) {
+        gen = PyCapsule_GetPointer(source, "BitGenerator");
+        if (!gen) goto done;
+    } else {
+        if (PyObject_GetBuffer(source, &v[3], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        const char *fmt = v[3].format ? v[3].format : "B";
+        const int words = HAVE_PCG64 && (fmt[0] == 'Q' || fmt[0] == 'L') && v[3].itemsize == 8;
+        PyBuffer_Release(&v[3]);
+        if (!typed_buffer(source, &v[3], words, words ? 4 : n * L, 8, words ? fmt[0] : 'd', "choose_rows")) goto done;
+        nv++;
+        if (words) pcg = v[3].buf;
     }
-    if (ok) {
-        memset(original, 0, (size_t)(n * p) * 4);
-        memset(used, 0, (size_t)(n * p));
-        for (Py_ssize_t r = 0; r < n; r++) {
-            int32_t *row = ids + r * L;
-            for (Py_ssize_t s = 0; s < k[r]; s++) {
-                const Py_ssize_t at = r * p + s, slot = r * width + s;
-                const int32_t was = row[positions[at]];
-                const double c = coin[slot];
-                original[at] = was;
-                used[at] = 1;
-                row[positions[at]] = c < 0.8 ? (int32_t)mask_id : (c < 0.9 ? was : (int32_t)random_ids[slot]);
-            }
+    const uint8_t *cand = v[0].buf;
+    int64_t *k = v[1].buf;
+    int32_t *positions = v[2].buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (k[r] < 0 || k[r] > p) {
+            PyErr_SetString(PyExc_ValueError, "choose_rows: every k must be in [0, p]");
+            goto done;
         }
     }
+    s.row = PyMem_Malloc((size_t)L * sizeof(double));
+    s.gathered = PyMem_Malloc((size_t)L * sizeof(double));
+    s.bucket = PyMem_Malloc((size_t)L * sizeof(double));
+    s.at = PyMem_Malloc((size_t)L * sizeof(int32_t));
+    s.taken = PyMem_Malloc((size_t)L * sizeof(int32_t));
+    if (!s.row || !s.gathered || !s.bucket || !s.at || !s.taken) { PyErr_NoMemory(); goto done; }
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    memset(positions, 0, (size_t)(n * p) * 4);
+#if HAVE_PCG64
+    U128 state = pcg ? (U128)pcg[0] << 64 | pcg[1] : 0;
+    const U128 inc = pcg ? (U128)pcg[2] << 64 | pcg[3] : 0;
+#endif
+    for (Py_ssize_t r = 0; r < n && ok; r++) {
+        const double *keys = gen || pcg ? s.row : (const double *)v[3].buf + r * L;
+        Py_ssize_t drawn = L; /* the keys choose_row looks at: past them no candidate */
+        if (gen) {
+            double (*next_double)(void *) = gen->next_double;
+            void *st = gen->state;
+            for (Py_ssize_t j = 0; j < L; j++) s.row[j] = next_double(st);
+        }
+#if HAVE_PCG64
+        else if (pcg) {
+            const uint8_t *c = cand + r * L;
+            while (drawn > 0 && !c[drawn - 1]) drawn--;
+            for (Py_ssize_t j = 0; j < drawn; j++) s.row[j] = pcg64_double(&state, inc);
+            if (drawn < L) state = pcg64_advance(state, inc, (uint64_t)(L - drawn));
+        }
+#endif
+        ok = choose_row(keys, cand + r * L, drawn, k + r, &s, positions + r * p);
+    }
+#if HAVE_PCG64
+    if (pcg) {
+        pcg[0] = (uint64_t)(state >> 64);
+        pcg[1] = (uint64_t)state;
+    }
+#endif
+    Py_END_ALLOW_THREADS
     result = PyBool_FromLong(ok);
 done:
-    PyMem_Free(scratch);
+    PyMem_Free(s.row);
+    PyMem_Free(s.gathered);
+    PyMem_Free(s.bucket);
+    PyMem_Free(s.at);
+    PyMem_Free(s.taken);
+    release_all(v, nv);
+    return result;
+}
+
+/* replace_rows(n, L, width, p, mask_id, input_ids, k, coin, random_ids, positions, original, weights):
+ * bert_data.masking.mask_batch's 80/10/10 replacements at choose_rows' positions (int32 (n, p)):
+ * slot s of row r becomes [MASK] when coin[r, s] < 0.8, stays when < 0.9, else random_ids[r, s]
+ * (coin float64, random_ids int64, (n, width)). input_ids (int32 (n, L)) is changed in place;
+ * original (int32) and weights (float32, 1.0 per prediction) are (n, p), 0 past each row's k. */
+static PyObject *replace_rows(PyObject *self, PyObject *args) {
+    Py_ssize_t n, L, width, p;
+    long long mask_id;
+    PyObject *objs[7];
+    if (!PyArg_ParseTuple(args, "nnnnLOOOOOOO", &n, &L, &width, &p, &mask_id, &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6]))
+        return NULL;
+    if (n < 0 || L < 1 || width < 0 || p < width || width > L) {
+        PyErr_SetString(PyExc_ValueError, "replace_rows: sizes must satisfy 0 <= width <= p, width <= L");
+        return NULL;
+    }
+    const Py_ssize_t counts[7] = {n * L, n, n * width, n * width, n * p, n * p, n * p};
+    const Py_ssize_t items[7] = {4, 8, 8, 8, 4, 4, 4};
+    const char codes[7] = {'i', 'q', 'd', 'q', 'i', 'i', 'f'};
+    const int writable[7] = {1, 0, 0, 0, 0, 1, 1};
+    Py_buffer v[7];
+    int nv = 0;
+    PyObject *result = NULL;
+    for (int a = 0; a < 7; a++) {
+        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "replace_rows")) goto done;
+        nv++;
+    }
+    int32_t *ids = v[0].buf, *original = v[5].buf;
+    const int64_t *k = v[1].buf, *random_ids = v[3].buf;
+    const double *coin = v[2].buf;
+    const int32_t *positions = v[4].buf;
+    float *weights = v[6].buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int bad = k[r] < 0 || k[r] > width;
+        for (Py_ssize_t s = 0; s < k[r] && !bad; s++) bad = positions[r * p + s] < 0 || positions[r * p + s] >= L;
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "replace_rows: every k must be in [0, width], its positions in [0, L)");
+            goto done;
+        }
+    }
+    memset(original, 0, (size_t)(n * p) * 4);
+    memset(weights, 0, (size_t)(n * p) * 4);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int32_t *row = ids + r * L;
+        for (Py_ssize_t s = 0; s < k[r]; s++) {
+            const Py_ssize_t at = r * p + s, slot = r * width + s;
+            const int32_t was = row[positions[at]];
+            const double c = coin[slot];
+            original[at] = was;
+            weights[at] = 1.0f;
+            row[positions[at]] = c < 0.8 ? (int32_t)mask_id : (c < 0.9 ? was : (int32_t)random_ids[slot]);
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
     release_all(v, nv);
     return result;
 }
@@ -1602,8 +1789,11 @@ static PyMethodDef methods[] = {
     {"assemble_windows", assemble_windows, METH_VARARGS,
      "(n, L, tokens, starts, lengths, cls, sep, separator, has_separator, input_ids, input_mask, candidates, "
      "real_length) -> ok"},
-    {"mask_rows", mask_rows, METH_VARARGS,
-     "(n, L, width, p, mask_id, input_ids, candidates, keys, k, coin, random_ids, positions, original, used) -> ok"},
+    {"choose_rows", choose_rows, METH_VARARGS,
+     "(n, L, width, p, candidates, k, keys or BitGenerator capsule or PCG64 state words, positions) -> ok "
+     "(False: a tie)"},
+    {"replace_rows", replace_rows, METH_VARARGS,
+     "(n, L, width, p, mask_id, input_ids, k, coin, random_ids, positions, original, weights) -> None"},
     {"pack_rows", pack_rows, METH_VARARGS,
      "(L, B, K, ids, segments, tok_start, lengths, npred, pred_start, mlm_pos, mlm_ids, labels, members, depths, "
      "input_ids, input_mask, positions, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
@@ -1629,7 +1819,11 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 4) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 5) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (m && PyModule_AddIntConstant(m, "PCG64", HAVE_PCG64) < 0) { /* choose_rows takes a PCG64's state */
         Py_DECREF(m);
         return NULL;
     }

@@ -25,7 +25,7 @@ import logging
 from types import ModuleType
 from typing import Optional
 
-WIRE_API = 4  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
+WIRE_API = 5  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
 
 try:  # the optional C accelerator (see setup.py); same answers as the numpy paths
     from . import _wire  # type: ignore[attr-defined]
