@@ -299,3 +299,67 @@ def test_create_tfrecords_writes_nvidias_layout(outputs, tmp_path: Path, capsys)
         assert run(tmp_path / "refused", output_format="hdf5", **flags) == 2
         err = capsys.readouterr().err
         assert message in err and "--output_format hdf5" in err and "Traceback" not in err
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), depth=st.integers(1, 3), feature=st.sampled_from(sorted(
+    ["input_ids", "input_mask", "segment_ids", "positions", "masked_lm_positions", "masked_lm_ids",
+     "masked_lm_weights", "next_sentence_positions", "next_sentence_labels", "next_sentence_weights"])),
+    value=st.sampled_from([0, 1, 2, 3, 4, 5, 7, -1, 0.5, 40000]), where=st.integers(0, 10**6))
+def test_a_row_is_written_only_when_it_reads_back_exactly(seed, depth, feature, value, where) -> None:
+    """Any one value of valid packed rows changed: the rows are refused (one line), or NVIDIA's
+    samples of them read back to exactly those rows (nothing is ever written differently)."""
+    from bert_data.format.nvidia_hdf5 import rows_of_samples
+
+    rows = packed_rows(seed, 6, depth)
+    target = rows[feature]
+    target.flat[where % target.size] = value
+    try:
+        samples = nvidia_samples(rows)
+    except NvidiaLayoutError as e:
+        assert "\n" not in str(e)
+        return
+    back = rows_of_samples(samples, SEQ, PRED + depth, depth)
+    assert sorted(back) == sorted(rows)
+    assert all(np.array_equal(back[name], rows[name]) for name in rows)
+
+
+def _h5py_object_writes(samples, chunk: int) -> bytes:
+    """The file of ``samples`` as h5py writes object arrays of them (the writer before it handed
+    HDF5 its own variable-length records): the same datasets, chunks and writes."""
+    import io
+
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w", libver="earliest", track_order=False) as f:
+        datasets = {name: f.create_dataset(name, (0,), maxshape=(None,), chunks=(chunk,),
+                                           dtype=h5py.vlen_dtype(np.dtype(dtype)), track_times=False)
+                    for name, dtype in NVIDIA_DATASETS.items()}
+        n = len(samples["input_ids"])
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            for name, data in datasets.items():
+                values = np.empty(stop - start, dtype=data.dtype)
+                values[...] = samples[name][start:stop]
+                data.resize((stop,))
+                data.write_direct(values, dest_sel=np.s_[start:stop])
+    return buffer.getvalue()
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40), chunk=st.integers(1, 9), empty=st.integers(0, 3))
+def test_the_writers_bytes_are_h5pys_own_for_the_same_samples(seed, n, chunk, empty) -> None:
+    """NvidiaHDF5Writer writes HDF5's variable-length records itself (no object arrays): the file
+    must be byte for byte the one h5py writes from object arrays, over several chunks and with
+    empty samples."""
+    import bert_data.format.nvidia_hdf5 as module
+
+    samples = nvidia_samples(packed_rows(seed, n, 3))
+    for r in range(min(empty, n)):  # empty predictions: an empty vlen sample
+        for name in ("masked_lm_positions", "masked_lm_ids"):
+            samples[name][r] = np.zeros(0, NVIDIA_DATASETS[name])
+    saved, module.CHUNK_ROWS = module.CHUNK_ROWS, chunk
+    try:
+        written = nvidia_hdf5_bytes(samples)
+    finally:
+        module.CHUNK_ROWS = saved
+    assert written == _h5py_object_writes(samples, chunk)

@@ -338,3 +338,74 @@ def test_tfrecord_readers_refuse_a_parquet_directory_naming_its_reader(corpus, t
     out = _run(corpus, tmp_path / "p", output_format="parquet")
     with pytest.raises(RecordFormatError, match=r"holds parquet files .*datasets.load_dataset\('parquet'"):
         directory_reads(str(out), load_manifest(str(out)), (), [])
+
+
+MDS_LAYOUTS = {"nsp": 300, "mlm_only": 40, "unmasked": 20}  # layout -> max_seq_length (300: uint16 shapes too)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path_factory, data) -> None:
+    """The MDS writer is fed samples encoded in bulk (mds.encode_samples / append_samples): its
+    pieces and index must be byte for byte those of ``MDSWriter.write`` called with each row, for
+    any batches and piece size limits (several pieces per shard here)."""
+    _need("streaming")
+    from bert_data.format import mds
+
+    layout = data.draw(st.sampled_from(sorted(MDS_LAYOUTS)))
+    seq, pred = MDS_LAYOUTS[layout], 6
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    n = data.draw(st.integers(1, 40))
+    lengths = rng.integers(1, seq + 1, n)
+    predictions = rng.integers(1, pred + 1, n)  # MDS refuses empty arrays (below)
+    real = np.arange(seq)[None, :] < lengths[:, None]
+    used = np.arange(pred)[None, :] < predictions[:, None]
+    features = {"input_ids": np.where(real, rng.integers(1, 70000, (n, seq)), 0), "input_mask": real.astype(np.int64)}
+    if layout != "unmasked":
+        features.update(masked_lm_positions=np.where(used, rng.integers(1, seq, (n, pred)), 0),
+                        masked_lm_ids=np.where(used, rng.integers(1, 70000, (n, pred)), 0),
+                        masked_lm_weights=used.astype(np.float32))
+    if layout == "nsp":
+        features.update(segment_ids=np.where(real & (np.arange(seq)[None, :] >= 2), 1, 0),
+                        next_sentence_labels=rng.integers(0, 2, (n, 1)))
+    limit = data.draw(st.sampled_from([None, 1 << 26, 300, 2000, 9000]))
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4)) if n > 1 else []))
+    root = tmp_path_factory.mktemp("mds")
+    writers = [mds.streaming_base().MDSWriter(out=str(root / name), columns=mds.mds_columns(layout), compression=None,
+                                              hashes=[mds.PIECE_HASH], size_limit=limit, max_workers=1)
+               for name in ("bulk", "rows")]
+    for a, b in zip([0] + cuts, cuts + [n]):
+        batch = to_columns({k: v[a:b] for k, v in features.items()}, layout)
+        mds.append_samples(writers[0], mds.encode_samples(writers[0], batch))
+        for row in batch.iter_rows():
+            writers[1].write(row)
+    for writer in writers:
+        writer.finish()
+    names = sorted(os.listdir(root / "rows"))
+    assert sorted(os.listdir(root / "bulk")) == names and len(names) >= 2
+    assert all((root / "bulk" / name).read_bytes() == (root / "rows" / name).read_bytes() for name in names)
+    if layout != "unmasked":  # an empty array is refused as MDSWriter refuses it, never written
+        empty = to_columns(dict(features, masked_lm_weights=np.zeros_like(features["masked_lm_weights"]),
+                                masked_lm_positions=np.zeros_like(features["masked_lm_positions"]),
+                                masked_lm_ids=np.zeros_like(features["masked_lm_ids"])), layout)
+        with pytest.raises(ValueError, match="0 elements"):
+            mds.encode_samples(writers[0], empty)
+
+
+def test_the_mds_writer_is_imported_without_streamings_datasets_and_they_still_import_after() -> None:
+    """Writing MDS imports MDSWriter's own modules only (not transformers, which streaming's
+    datasets import: ~1.3 CPU-s a run), and a reader imported afterwards is streaming whole."""
+    _need("streaming")
+    code = (
+        "import sys\n"
+        "from bert_data.format import mds\n"
+        "writer = mds.mds_writer_class()\n"
+        "assert writer.__name__ == 'MDSWriter' and 'transformers' not in sys.modules, sorted(sys.modules)\n"
+        "assert 'streaming' not in sys.modules and 'streaming.base' not in sys.modules\n"
+        "base = mds.streaming_base()\n"
+        "import streaming.base.format.mds.writer as w, streaming.base.storage.upload as u\n"
+        "assert base.StreamingDataset.__name__ == 'StreamingDataset' and w.MDSWriter.__name__ == 'MDSWriter'\n"
+        "assert sys.modules['streaming.base'].format is sys.modules['streaming.base.format'] and u.CloudUploader\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

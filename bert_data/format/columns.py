@@ -173,8 +173,8 @@ def to_columns(features: Mapping[str, np.ndarray], layout: str) -> ColumnBatch:
         kept = array[real[column.kind]]
         if np.count_nonzero(kept) != np.count_nonzero(array):
             raise ColumnError(f"{column.feature} has a non-zero value past the row's length: it cannot be stored unpadded")
-        narrow = kept.astype(column.dtype)
-        if not np.array_equal(narrow, kept):
+        narrow = kept.astype(column.dtype, copy=False)
+        if narrow is not kept and not np.array_equal(narrow, kept):  # (a copy only when it narrows)
             raise ColumnError(f"{column.feature} has a value outside {column.dtype}: it cannot be stored as {column.name}")
         values[column.name] = narrow
     return ColumnBatch(n, lengths, values)

@@ -45,8 +45,9 @@ runner or resume, and it holds the same records in the same order. A rewriting c
 A writer's bytes must be a function of the rows only: no timestamps, no host names, fixed
 row-group or file boundaries (counted in rows or bytes of the rows, never by time or by batch),
 compression and its level pinned. Containers in :data:`CONTAINERS`: ``tfrecord``, ``parquet``
-(:mod:`bert_data.format.parquet`), ``mds`` (:mod:`bert_data.format.mds`); their packages are
-imported only when a shard is written or read.
+(:mod:`bert_data.format.parquet`), ``mds`` (:mod:`bert_data.format.mds`), ``hdf5``
+(:mod:`bert_data.format.nvidia_hdf5`); their packages are imported only when a shard is written
+or read.
 """
 
 from __future__ import annotations

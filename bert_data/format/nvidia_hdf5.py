@@ -29,13 +29,17 @@ What the layout cannot hold is an error, never a quietly different file
 (:class:`NvidiaLayoutError`, one line): more than 3 instances a row (the reader's fixed 3
 slots), token ids or positions past int16 (a vocabulary over 32,768 entries, ``max_seq_length``
 over 32,767), a prediction of id 0 (the loss would skip it), MLM-only rows (the layout has NSP
-labels and NVIDIA's loss uses them), and rows that break the packed-row invariants
-(:func:`bert_data.format.packed.row_checks`).
+labels and NVIDIA's loss uses them), and rows that would not read back exactly (checked for
+every row by :func:`_not_read_back`, whole-batch; a row that fails is named with the invariant of
+:func:`bert_data.format.packed.row_checks` it breaks).
 
 :func:`nvidia_samples` is the pure conversion (a batch of rows as the packer yields them ->
 the per-sample arrays); :func:`nvidia_hdf5_bytes` makes a whole file with h5py, byte for byte the
 same for the same samples (no timestamps: ``track_times=False``; no compression, as NVIDIA's),
-and :func:`write_nvidia_hdf5` publishes it atomically at a path or URL.
+and :func:`write_nvidia_hdf5` publishes it atomically at a path or URL. The writer hands HDF5 each
+dataset's samples as its own variable-length records over one flat array (:func:`_write_flat`),
+not as object arrays that h5py converts one Python object at a time (3x the CPU, the same bytes:
+``tests/test_nvidia_hdf5.py`` compares them with h5py's own object-array writes).
 ``tests/test_nvidia_hdf5.py`` reads the files back with NVIDIA's reading logic.
 """
 
@@ -46,7 +50,7 @@ import re
 import errno
 import contextlib
 import os
-from typing import IO, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import IO, Dict, Iterator, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -79,14 +83,8 @@ class NvidiaLayoutError(BertDataError):
     """Packed rows that NVIDIA's HDF5 layout cannot hold as they are (exit 2)."""
 
 
-def _check_rows(rows: Mapping[str, np.ndarray]) -> None:
+def _check_rows(rows: Mapping[str, np.ndarray], counts: "Counts") -> None:
     """Raise :class:`NvidiaLayoutError` for rows the layout cannot hold (the module docstring)."""
-    if "next_sentence_labels" not in rows or "segment_ids" not in rows:
-        raise NvidiaLayoutError(unsupported("mlm_only_packed"))
-    layout = "nsp_packed"  # SOP rows have the same features and invariants
-    for bad, message in row_checks(rows, layout):
-        if bad.any():
-            raise NvidiaLayoutError(f"packed row {int(np.flatnonzero(bad)[0])}: {message}")
     mask = np.asarray(rows["input_mask"])
     depth = int(mask.max(initial=0))
     if depth > NVIDIA_SEQUENCES_PER_SAMPLE:
@@ -112,44 +110,159 @@ def _check_rows(rows: Mapping[str, np.ndarray]) -> None:
             "a masked-LM prediction of token id 0: NVIDIA's loss skips label 0 (ignore_index=0), so it would be lost; "
             "id 0 must be [PAD] in --vocab_file for --output_format hdf5"
         )
+    bad = _not_read_back(rows, counts)
+    if bad.any():  # not exactly what reads back: name the packed-row invariant it breaks
+        for broken, message in row_checks(rows, "nsp_packed"):  # SOP rows: the same features and invariants
+            if broken.any():
+                raise NvidiaLayoutError(f"packed row {int(np.flatnonzero(broken)[0])}: {message}")
+        raise NvidiaLayoutError(f"packed row {int(np.flatnonzero(bad)[0])}: it would not read back exactly from "
+                                "NVIDIA's layout (not a row bert_data wrote)")
 
 
-def _ragged(values: np.ndarray, lengths: np.ndarray, dtype: str) -> np.ndarray:
-    """Rows of ``values`` cut to ``lengths`` (row ``r`` keeps its first ``lengths[r]`` values)
-    as an (n,) object array of arrays of ``dtype``."""
-    out = np.empty(len(lengths), dtype=object)
-    for r, n in enumerate(lengths.tolist()):
-        out[r] = np.ascontiguousarray(values[r, :n], dtype=dtype)
-    return out
+class Counts(NamedTuple):
+    """What NVIDIA's samples keep of packed rows besides the values: per row, its tokens, its
+    predictions and its instances, and per instance (3 slots) its tokens and its predictions."""
+
+    tokens: np.ndarray  # (n,)
+    predictions: np.ndarray  # (n,)
+    depth: np.ndarray  # (n,)
+    token_counts: np.ndarray  # (n, 3)
+    prediction_counts: np.ndarray  # (n, 3)
+
+
+def _counts(rows: Mapping[str, np.ndarray]) -> Counts:
+    mask, weights = np.asarray(rows["input_mask"]), np.asarray(rows["masked_lm_weights"])
+    n, k = len(mask), NVIDIA_SEQUENCES_PER_SAMPLE
+    return Counts(
+        np.count_nonzero(mask, axis=1), np.count_nonzero(weights, axis=1),
+        mask.max(axis=1).astype(np.int64) if n and mask.shape[1] else np.zeros(n, np.int64),
+        np.stack([np.count_nonzero(mask == s, axis=1) for s in range(1, k + 1)], axis=1).reshape(n, k),
+        np.stack([np.count_nonzero(weights == s, axis=1) for s in range(1, k + 1)], axis=1).reshape(n, k))
+
+
+def _runs(counts: np.ndarray, width: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Instance 1, 2, 3 back to back in runs of ``counts`` (n, 3), then padding: each column's
+    instance (0 on padding) and the column its instance starts at, as ``(n, width)`` arrays."""
+    col = np.arange(width, dtype=np.int32)[None, :]  # (int32 and int8: a quarter of int64's memory traffic)
+    ends = np.cumsum(counts, axis=1).astype(np.int32)
+    second, third = col >= ends[:, :1], col >= ends[:, 1:2]
+    instance = np.where(col < ends[:, 2:3], second.view(np.int8) + third.view(np.int8) + np.int8(1), np.int8(0))
+    start = np.where(third, ends[:, 1:2], np.where(second, ends[:, :1], np.int32(0)))
+    return instance, start
+
+
+def _not_read_back(rows: Mapping[str, np.ndarray], counts: Counts) -> np.ndarray:
+    """The rows that NVIDIA's samples of them would not give back exactly (``rows_of_samples``):
+    the samples keep each row's values up to its tokens / predictions and the counts per
+    instance, so every other feature must be what those imply and every value must fit its dtype."""
+    mask, n = np.asarray(rows["input_mask"]), len(rows["input_mask"])
+    instance, start = _runs(counts.token_counts, mask.shape[1])
+    col = np.arange(mask.shape[1], dtype=np.int32)[None, :]
+    bad = (counts.token_counts.sum(axis=1) != counts.tokens) | (counts.depth < 1)
+    in_row = np.arange(NVIDIA_SEQUENCES_PER_SAMPLE)[None, :] < counts.depth[:, None]  # the row's instance slots
+    bad |= ((counts.token_counts == 0) & in_row).any(axis=1) | ((counts.prediction_counts > 0) & ~in_row).any(axis=1)
+    bad |= (instance != mask).any(axis=1)
+    padding = instance == 0
+    bad |= (np.where(padding, 0, col - start) != np.asarray(rows["positions"])).any(axis=1)
+    for name in ("input_ids", "segment_ids"):
+        bad |= (padding & (np.asarray(rows[name]) != 0)).any(axis=1)
+    weights = np.asarray(rows["masked_lm_weights"])
+    slot, _ = _runs(counts.prediction_counts, weights.shape[1])
+    bad |= (counts.prediction_counts.sum(axis=1) != counts.predictions) | (slot != weights).any(axis=1)
+    for name in ("masked_lm_positions", "masked_lm_ids"):
+        values = np.asarray(rows[name])
+        bad |= (np.where(slot > 0, 0, values) != 0).any(axis=1) | (values < -_INT16_MAX - 1).any(axis=1)
+        bad |= (values > _INT16_MAX).any(axis=1)
+    labels = np.asarray(rows["next_sentence_labels"])
+    k = labels.shape[1]
+    used = np.arange(k)[None, :] < counts.depth[:, None]
+    first = np.concatenate([np.zeros((n, 1), np.int64), np.cumsum(counts.token_counts, axis=1)[:, :2]], axis=1)
+    first = np.pad(first, ((0, 0), (0, max(0, k - NVIDIA_SEQUENCES_PER_SAMPLE))))[:, :k]
+    bad |= (counts.depth > k) | (np.where(used, first, 0) != np.asarray(rows["next_sentence_positions"])).any(axis=1)
+    bad |= (used.astype(np.float32) != np.asarray(rows["next_sentence_weights"])).any(axis=1)
+    bad |= (~np.isin(labels, (0, 1)) | (~used & (labels != 0))).any(axis=1)
+    return bad
+
+
+Flat = Tuple[np.ndarray, np.ndarray]  # one dataset's samples: their values back to back, and each one's length
+
+
+def _flat(values: np.ndarray, lengths: np.ndarray, dtype: str) -> Flat:
+    """Row ``r`` of ``values`` cut to its first ``lengths[r]`` values, every row back to back."""
+    lengths = np.asarray(lengths, np.int64)
+    return np.asarray(values)[np.arange(values.shape[1])[None, :] < lengths[:, None]].astype(dtype), lengths
+
+
+def _objects(flat: Flat) -> np.ndarray:
+    """Flat samples as an (n,) object array of 1-D arrays (views of the one array: no copies;
+    fromiter never stacks equal-length ones into 2-D)."""
+    values, lengths = flat
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    return np.fromiter((values[a:b] for a, b in zip(bounds[:-1], bounds[1:])), dtype=object, count=len(lengths))
+
+
+def _flat_samples(rows: Mapping[str, np.ndarray]) -> Dict[str, Flat]:
+    """:func:`nvidia_samples`, each dataset's samples flat (what the writer writes)."""
+    if "next_sentence_labels" not in rows or "segment_ids" not in rows:
+        raise NvidiaLayoutError(unsupported("mlm_only_packed"))
+    counts = _counts(rows)
+    _check_rows(rows, counts)
+    n, k = len(counts.depth), NVIDIA_SEQUENCES_PER_SAMPLE
+    labels = np.asarray(rows["next_sentence_labels"])
+    padded_labels = np.zeros((n, k), labels.dtype)
+    padded_labels[:, :min(k, labels.shape[1])] = labels[:, :k]
+    return {
+        "input_ids": _flat(rows["input_ids"], counts.tokens, "int16"),
+        "segment_ids": _flat(rows["segment_ids"], counts.tokens, "int8"),
+        "packed_input_len": _flat(counts.token_counts, counts.depth, "int16"),
+        "masked_lm_positions": _flat(rows["masked_lm_positions"], counts.predictions, "int16"),
+        "masked_lm_ids": _flat(rows["masked_lm_ids"], counts.predictions, "int16"),
+        "packed_masked_lm_len": _flat(counts.prediction_counts, counts.depth, "int16"),
+        "next_sentence_labels": _flat(padded_labels, counts.depth, "int8"),
+    }
 
 
 def nvidia_samples(rows: Mapping[str, np.ndarray]) -> Samples:
     """A batch of packed NSP/SOP rows (the features the packer yields, or as read back:
     ``(n, width)`` arrays) -> NVIDIA's per-sample arrays, one sample per row, in row order.
     Raises :class:`NvidiaLayoutError` for rows the layout cannot hold (the module docstring)."""
-    _check_rows(rows)
-    mask = np.asarray(rows["input_mask"]).astype(np.int64)
-    n = len(mask)
-    depth = mask.max(axis=1) if n else np.zeros(0, np.int64)
-    k = NVIDIA_SEQUENCES_PER_SAMPLE
-    token_counts = np.stack([(mask == s).sum(axis=1) for s in range(1, k + 1)], axis=1) if n else np.zeros((0, k))
-    weights = np.asarray(rows["masked_lm_weights"]).astype(np.int64)
-    prediction_counts = np.stack([(weights == s).sum(axis=1) for s in range(1, k + 1)], axis=1) if n \
-        else np.zeros((0, k))
-    real = (mask > 0).sum(axis=1)
-    predictions = (weights > 0).sum(axis=1)
-    labels = np.asarray(rows["next_sentence_labels"])
-    padded_labels = np.zeros((n, k), labels.dtype)
-    padded_labels[:, :min(k, labels.shape[1])] = labels[:, :k]
-    return {
-        "input_ids": _ragged(np.asarray(rows["input_ids"]), real, "int16"),
-        "segment_ids": _ragged(np.asarray(rows["segment_ids"]), real, "int8"),
-        "packed_input_len": _ragged(token_counts, depth, "int16"),
-        "masked_lm_positions": _ragged(np.asarray(rows["masked_lm_positions"]), predictions, "int16"),
-        "masked_lm_ids": _ragged(np.asarray(rows["masked_lm_ids"]), predictions, "int16"),
-        "packed_masked_lm_len": _ragged(prediction_counts, depth, "int16"),
-        "next_sentence_labels": _ragged(padded_labels, depth, "int8"),
-    }
+    return {name: _objects(flat) for name, flat in _flat_samples(rows).items()}
+
+
+def _flat_of_objects(samples: Samples) -> Dict[str, Flat]:
+    """Samples as :func:`nvidia_samples` gives them, flat."""
+    out = {}
+    for name, dtype in NVIDIA_DATASETS.items():
+        parts = [np.asarray(sample, dtype).reshape(-1) for sample in samples[name]]
+        out[name] = (np.concatenate(parts) if parts else np.zeros(0, dtype), np.array([len(p) for p in parts], np.int64))
+    return out
+
+
+def _joined(parts: Sequence[Dict[str, Flat]]) -> Dict[str, Flat]:
+    """Several batches' flat samples, in order, as one."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    return {name: (np.concatenate([p[name][0] for p in parts]), np.concatenate([p[name][1] for p in parts]))
+            for name in NVIDIA_DATASETS}
+
+
+def _write_flat(dataset, start: int, flat: Flat) -> None:
+    """Samples ``start ...`` of a vlen ``dataset`` from flat samples, handed to HDF5 as its own
+    variable-length records (``hvl_t``: length, pointer into ``values``) rather than as an object
+    array (h5py converts those one Python object at a time: 3x the CPU; the same bytes)."""
+    from h5py import h5s, h5t
+
+    values, lengths = flat
+    values = np.ascontiguousarray(values)
+    n = len(lengths)
+    records = np.empty(n, [("len", np.uintp), ("p", np.uintp)])  # hvl_t
+    records["len"] = lengths
+    offsets = (np.cumsum(lengths) - lengths) * values.itemsize
+    records["p"] = np.where(lengths > 0, values.ctypes.data + offsets, 0)
+    dataset.resize((start + n,))
+    target = dataset.id.get_space()
+    target.select_hyperslab((start,), (n,))
+    dataset.id.write(h5s.create_simple((n,)), target, records, mtype=h5t.vlen_create(h5t.py_create(values.dtype)))
 
 
 def concat_samples(parts: Sequence[Samples]) -> Samples:
@@ -170,7 +283,7 @@ class NvidiaHDF5Writer:
         import h5py
 
         self.records = 0
-        self._pending: List[Samples] = []
+        self._pending: List[Dict[str, Flat]] = []
         self._pending_rows = 0
         self._file = h5py.File(target, "w", libver="earliest", track_order=False)
         self._datasets = {
@@ -181,7 +294,7 @@ class NvidiaHDF5Writer:
 
     def write_rows(self, rows: Mapping[str, np.ndarray]) -> None:
         """Append a batch of packed rows (:func:`nvidia_samples`)."""
-        self.write_samples(nvidia_samples(rows))
+        self._append(_flat_samples(rows))
 
     def write_samples(self, samples: Samples) -> None:
         """Append samples (:func:`nvidia_samples`); every whole chunk is written."""
@@ -191,24 +304,27 @@ class NvidiaHDF5Writer:
         n = len(samples["input_ids"])
         if any(len(samples[name]) != n for name in NVIDIA_DATASETS):
             raise ValueError("samples whose datasets differ in length")
+        self._append(_flat_of_objects(samples))
+
+    def _append(self, flat: Dict[str, Flat]) -> None:
+        n = len(flat["input_ids"][1])
         if n:
-            self._pending.append(samples)
+            self._pending.append(flat)
             self._pending_rows += n
         while self._pending_rows >= CHUNK_ROWS:
             self._flush(CHUNK_ROWS)
 
     def _flush(self, rows: int) -> None:
-        joined = concat_samples(self._pending)
-        rest = {name: values[rows:] for name, values in joined.items()}
-        self._pending = [rest] if len(rest["input_ids"]) else []
+        joined = _joined(self._pending)
+        head, rest = {}, {}
+        for name, (values, lengths) in joined.items():
+            cut = int(lengths[:rows].sum())
+            head[name], rest[name] = (values[:cut], lengths[:rows]), (values[cut:], lengths[rows:])
+        self._pending = [rest] if len(rest["input_ids"][1]) else []
         self._pending_rows -= rows
-        start, stop = self.records, self.records + rows
-        for name, data in self._datasets.items():
-            values = np.empty(rows, dtype=data.dtype)
-            values[...] = joined[name][:rows]  # object to object: equal-length arrays are not stacked into 2-D
-            data.resize((stop,))
-            data.write_direct(values, dest_sel=np.s_[start:stop])
-        self.records = stop
+        for name, dataset in self._datasets.items():
+            _write_flat(dataset, self.records, head[name])
+        self.records += rows
 
     def close(self) -> int:
         """Write what is pending and close the file; the samples written."""

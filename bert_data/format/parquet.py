@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
-from .columns import ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, to_columns
+from .columns import KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, to_columns
 
 ROW_GROUP_ROWS = 4096  # rows per row group (a multiple of the readers' usual batch sizes)
 ZSTD_LEVEL = 1  # level 3 is ~10% smaller and ~2x slower to write; either is a third of the TFRecords' bytes
@@ -73,6 +73,26 @@ def to_table(batch: ColumnBatch, layout: str):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _joined(batches: List[ColumnBatch]) -> ColumnBatch:
+    """Column batches, in order, as one."""
+    if len(batches) == 1:
+        return batches[0]
+    return ColumnBatch(sum(b.rows for b in batches),
+                       {kind: np.concatenate([b.lengths[kind] for b in batches]) for kind in batches[0].lengths},
+                       {name: np.concatenate([b.values[name] for b in batches]) for name in batches[0].values})
+
+
+def _split(batch: ColumnBatch, rows: int) -> Tuple[ColumnBatch, ColumnBatch]:
+    """The first ``rows`` rows of a column batch, and the rest (views, no copies)."""
+    cut = {kind: int(lengths[:rows].sum()) for kind, lengths in batch.lengths.items()}
+    head, rest = {}, {}
+    for name, values in batch.values.items():
+        at = rows if KIND_OF_COLUMN[name] == ONE_KIND else cut[KIND_OF_COLUMN[name]]
+        head[name], rest[name] = values[:at], values[at:]
+    return (ColumnBatch(rows, {k: v[:rows] for k, v in batch.lengths.items()}, head),
+            ColumnBatch(batch.rows - rows, {k: v[rows:] for k, v in batch.lengths.items()}, rest))
+
+
 class ShardFileWriter:
     """One shard's Parquet file in ``directory`` (the container's ``open_shard``)."""
 
@@ -83,30 +103,29 @@ class ShardFileWriter:
         self.name = shard_name
         self.spec = spec
         self.records = 0
-        self._pending: List[Mapping[str, np.ndarray]] = []
+        self._pending: List[ColumnBatch] = []
         self._pending_rows = 0
         self._writer = pq.ParquetWriter(self.path, arrow_schema(spec.layout), **write_options(spec.layout))
         self.sidecar_entries: List[object] = []
 
     def write(self, features: Mapping[str, np.ndarray]) -> None:
-        """Buffer a batch of padded rows; write every whole row group."""
+        """Buffer a batch of padded rows as unpadded columns (the padding dropped as the batch
+        arrives, so the buffer is a third of the padded rows' bytes); write every whole row group."""
         rows = len(features["input_ids"])
         if not rows:
             return
-        self._pending.append(features)
+        self._pending.append(to_columns(features, self.spec.layout))
         self._pending_rows += rows
         while self._pending_rows >= ROW_GROUP_ROWS:
             self._flush(ROW_GROUP_ROWS)
 
     def _flush(self, rows: int) -> None:
-        """Write the first ``rows`` pending rows as one row group."""
-        joined = {name: np.concatenate([f[name] for f in self._pending]) for name in self._pending[0]}
-        head = {name: a[:rows] for name, a in joined.items()}
-        rest = {name: a[rows:] for name, a in joined.items()}
-        self._pending = [rest] if len(rest["input_ids"]) else []
+        """Write the first ``rows`` pending rows as one row group (contiguous columns, so its pages
+        are the same whatever batches the rows came in)."""
+        head, rest = _split(_joined(self._pending), rows)
+        self._pending = [rest] if rest.rows else []
         self._pending_rows -= rows
-        table = to_table(to_columns(head, self.spec.layout), self.spec.layout)
-        self._writer.write_table(table, row_group_size=rows)
+        self._writer.write_table(to_table(head, self.spec.layout), row_group_size=rows)
         self.records += rows
 
     def close(self) -> List[Tuple[str, int]]:
