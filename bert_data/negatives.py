@@ -48,7 +48,6 @@ import hashlib
 import heapq
 import os
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -64,6 +63,7 @@ from .input_formats import ContinuedPiece, cut_point
 from .instances import Negatives
 from .metadata import DocumentSource, WorkItem, decode_group, encode_group
 from .tokenization import TokenizedGroup, tokenize_group
+from .output.scratch import scratch_dir
 
 POOL_SHARE = 256  # the pool holds about 1/256 of the input's characters ...
 POOL_MIN_CHARS = 512 << 10  # ... but at least this many (all of a smaller corpus) ...
@@ -413,7 +413,7 @@ def build_pool(spec: str, options: ReadOptions, prefix: str, metadata_files: Seq
     its documents (``options``): the same in every worker, since it depends on nothing else."""
     cap, items = decode_pool(spec, metadata_files)
     origins_of = DocumentOrigins(one_document_per_file(options), prefix)
-    scratch = tempfile.mkdtemp(prefix="bert_data_pool_") if any(storage.is_remote(i.source.path) for i in items) else None
+    scratch = scratch_dir("pool") if any(storage.is_remote(i.source.path) for i in items) else None
     try:
         texts, origins = _pool_texts(cap, items, options, origins_of, scratch)
     finally:

@@ -163,6 +163,20 @@ def load_spacy_pipeline(spacy_model: Optional[str]):
     return nlp
 
 
+def _lean(tokenizer):
+    """``tokenizer`` whose vocabulary computes, for each new word, only what the sentencizer reads
+    (``is_punct``; the text is the word itself). spaCy computes about 20 attributes per new word
+    (shape, norm, like_num, ...), most of the cost of tokenizing a span it has not seen; where the
+    words split and ``is_punct`` do not depend on the others (tests: the same sentences as
+    ``nlp.pipe`` on the shared corpus and fuzzed text)."""
+    from spacy.attrs import IS_PUNCT
+
+    getters = tokenizer.vocab.lex_attr_getters
+    if IS_PUNCT in getters:
+        tokenizer.vocab.lex_attr_getters = {IS_PUNCT: getters[IS_PUNCT]}
+    return tokenizer
+
+
 class FastRuleSentencizer:
     """spaCy's rule-based ``sentencizer`` on a blank pipeline, replayed without building Docs.
 
@@ -181,10 +195,10 @@ class FastRuleSentencizer:
     def __init__(self, nlp, fresh_tokenizer=None) -> None:
         import unicodedata
 
-        self._tokenizer = nlp.tokenizer
+        self._tokenizer = _lean(nlp.tokenizer)
         # spaCy's StringStore keeps every string its tokenizer has seen; on a web-scale corpus
         # that grows without end, so the tokenizer is rebuilt whenever the span cache is cleared.
-        self._fresh_tokenizer = fresh_tokenizer or (lambda: load_spacy_pipeline(None).tokenizer)
+        self._fresh_tokenizer = fresh_tokenizer or (lambda: _lean(load_spacy_pipeline(None).tokenizer))
         self._punct_chars = frozenset(nlp.get_pipe("sentencizer").punct_chars)
         self._category = unicodedata.category
         punct_class = "".join(re.escape(c) for c in sorted(self._punct_chars))

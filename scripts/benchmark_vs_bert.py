@@ -106,6 +106,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not (bert_dir / "create_pretraining_data.py").is_file():
         parser.error(f"--bert_dir {bert_dir}: no create_pretraining_data.py there")
     work = Path(tempfile.mkdtemp(prefix="bert_data_vs_bert_"))
+    # The package's modules compiled once, as `pip install` does: with PYTHONDONTWRITEBYTECODE set
+    # (some sandboxes set it) an editable install would otherwise recompile them in every run.
+    import compileall
+
+    import bert_data
+
+    compileall.compile_dir(os.path.dirname(bert_data.__file__), quiet=1)
     try:
         info = prepare_corpus(Path(args.corpus), 1, work)
         layout = work / "bert_layout.txt"

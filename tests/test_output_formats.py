@@ -409,3 +409,24 @@ def test_the_mds_writer_is_imported_without_streamings_datasets_and_they_still_i
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_mds_shard_without_a_sample_is_warned_about_like_an_empty_tfrecord_shard(corpus, tmp_path) -> None:
+    """An MDS shard with no sample has no piece at all (MDSWriter writes none), so the manifest
+    cannot list it: the warning counts shards, not files, out of --num_output_files."""
+    _need(*PACKAGE["mds"])
+    from bert_data.format.containers import MDSContainer
+    from bert_data.runners.finish import empty_shards
+
+    warnings = {}
+    for fmt in ("tfrecord", "mds"):
+        out = tmp_path / fmt
+        done = _cli(base_args(corpus["metadata"], corpus["vocab"], out, output_format=fmt, num_output_files=400,
+                              dupe_factor=1))
+        assert done.returncode == 0, done.stderr
+        manifest = json.loads((out / "data_params.json").read_text())
+        warnings[fmt] = [line for line in done.stderr.splitlines() if "shards are empty" in line]
+        if fmt == "mds":
+            full = {MDSContainer.shard_of(name) for name, count in manifest["instances_per_shard"].items() if count}
+            assert empty_shards(manifest) == (400 - len(full), 400) and len(full) == manifest["n_examples"] < 400
+    assert len(warnings["mds"]) == 1 and warnings["mds"][0].split("WARNING ")[1] == warnings["tfrecord"][0].split("WARNING ")[1]

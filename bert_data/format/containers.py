@@ -53,6 +53,7 @@ or read.
 from __future__ import annotations
 
 import gzip
+import re
 from importlib import import_module
 from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
 
@@ -74,6 +75,11 @@ class TFRecordContainer:
 
     def __init__(self, compression: str = "none") -> None:
         self.compression = compression
+
+    @staticmethod
+    def shard_of(file_name: str) -> str:
+        """The shard a published file belongs to: a shard is one file (MDS: one or more pieces)."""
+        return file_name
 
     def frame(self, payloads: Sequence[bytes]) -> bytes:
         """One run of records: framed, and a gzip member with ``--compression gzip`` (mtime 0, so
@@ -147,6 +153,12 @@ class MDSContainer(RewritingContainer):
     sidecar = MDS_INDEX_NAME
     package = "mosaicml-streaming"
     module = "mds"
+
+    @staticmethod
+    def shard_of(file_name: str) -> str:
+        """``{name}-{i}.{j:05d}.mds`` (piece j, :func:`bert_data.format.mds.piece_name`) is shard
+        ``{name}-{i}.mds``; a shard without samples has no piece at all."""
+        return re.sub(r"\.\d{5}" + re.escape(MDS_SUFFIX) + "$", MDS_SUFFIX, file_name)
 
     def sidecar_bytes(self, entries: Sequence[object]) -> Optional[bytes]:
         from .mds import index_bytes

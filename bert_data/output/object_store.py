@@ -21,6 +21,7 @@ memory, never records.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from .journal import load_index, resume_point
 from .local_dir import refuse_replacing_inputs, replaced_files, run_inputs
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
+from .scratch import scratch_dir
 
 log = logging.getLogger("bert_data")
 
@@ -146,7 +148,10 @@ def rewrite_remote_shards(output_dir: str, work_dir: str, names: List[str], inde
     written is uploaded (atomically) as soon as its shard is done; the sidecar last. Local disk
     holds the TFRecord shards and their rewritten files at once."""
     runs, _ = shard_runs(work_dir, len(names), index)
-    scratch = tempfile.mkdtemp(prefix="bert_data_rewrite_")
+    try:
+        scratch = scratch_dir("rewrite")
+    except OSError as exc:
+        raise _no_room_in_tmpdir(exc, output_dir) from None
     try:
         sources = [os.path.join(scratch, f"shard-{shard}.tfrecords") for shard in range(len(names))]
         for shard, source in enumerate(sources):
@@ -155,21 +160,43 @@ def rewrite_remote_shards(output_dir: str, work_dir: str, names: List[str], inde
         rewritten = os.path.join(scratch, "rewritten")
 
         def place(name: str) -> None:
-            out, commit = storage.atomic_create(storage.join(output_dir, name))
+            target = storage.join(output_dir, name)
             try:
-                with open(os.path.join(rewritten, name), "rb") as src:
-                    shutil.copyfileobj(src, out, COPY_CHUNK)
-            finally:
-                out.close()
-            commit()
+                out, commit = storage.atomic_create(target)
+                try:
+                    with open(os.path.join(rewritten, name), "rb") as src:
+                        shutil.copyfileobj(src, out, COPY_CHUNK)
+                finally:
+                    out.close()
+                commit()
+            except OSError as exc:  # the URL's own failure: named as its, not the scratch's
+                exc.filename = exc.filename or target
+                raise
             os.unlink(os.path.join(rewritten, name))
 
         per_file, sidecar = rewrite_shards(sources, names, container, rewritten, spec, place, threads)
         if sidecar is not None:
             storage.write_bytes(storage.join(output_dir, container.sidecar), sidecar)
         return per_file
+    except OSError as exc:
+        if exc.errno in _NO_ROOM and str(exc.filename or scratch).startswith(scratch):
+            raise _no_room_in_tmpdir(exc, output_dir) from None
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _no_room_in_tmpdir(exc: OSError, output_dir: str) -> OutputError:
+    """A URL run's shards are rewritten through local copies in $TMPDIR: no room there is said as
+    such (the URL is not to blame), with the fix."""
+    return OutputError(
+        f"no room in the temporary directory {tempfile.gettempdir()} for the local copies of {output_dir}'s shards "
+        f"while rewriting them ({exc.strerror or exc}); free space there, or point TMPDIR at a directory with room, "
+        f"then continue with --resume (same flags)"
+    )
 
 
 class ObjectStoreOutput:

@@ -61,6 +61,7 @@ from .finish import finish, quality_warnings
 from .plan import plan_run
 from .startup import input_fingerprints, startup_checks
 from .worker import named_as_given, stage_sources, write_group
+from ..output.scratch import scratch_dir
 
 log = logging.getLogger("bert_data")
 
@@ -118,7 +119,7 @@ if beam is not None:
             self._documents = Metrics.counter("bert_data", "documents_read")
 
         def setup(self) -> None:
-            self._tmp = tempfile.mkdtemp(prefix="bert_data_beam_")
+            self._tmp = scratch_dir("beam")
             atexit.register(shutil.rmtree, self._tmp, True)  # teardown() is best effort in Beam
             vocab_path = os.path.join(self._tmp, "vocab.txt")
             with open(vocab_path, "wb") as handle:
@@ -359,7 +360,7 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         raise ConfigError("--resume is for the local runner; re-run a Beam job instead (its output is deterministic)")
     require_concatenation(container_of(config))  # WriteShard concatenates group runs
     require_tfrecord_shards(container_of(config), "--runner beam")  # and publishes them as they are
-    scratch = tempfile.mkdtemp(prefix="bert_data_driver_")
+    scratch = scratch_dir("driver")
     try:
         vocab_bytes, local_vocab = _fetch_vocab(config.vocab_file, scratch)
         vocab = startup_checks(config, local_vocab).vocab

@@ -14,11 +14,12 @@ BERT's named files) and by Beam's last step (:func:`bert_data.runners.beam.final
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Tuple
 
 from ..config import Config
 from ..errors import NothingUsableError, plural
 from ..faults import crash_point
+from ..format.containers import CONTAINERS
 from ..format.manifest import VocabIdentity, build_manifest
 from ..metadata import MetadataSummary
 from ..output.outputs import Output
@@ -93,10 +94,20 @@ def quality_warnings(stats: Counter, manifest: Dict) -> List[str]:
             f"{plural(outside, 'non-blank line')} outside <doc ...> ... </doc> blocks were not read (counted as "
             f"wikiextractor_lines_outside_doc): are all listed files WikiExtractor output? Plain text needs --input_format text"
         )
-    empty = [name for name, count in manifest.get("instances_per_shard", {}).items() if count == 0]
+    empty, shards = empty_shards(manifest)
     if empty:
         out.append(
-            f"{len(empty)} of {len(manifest['instances_per_shard'])} shards are empty (only {manifest['n_examples']} "
-            f"instances): lower --num_output_files"
+            f"{empty} of {shards} shards are empty (only {manifest['n_examples']} instances): lower --num_output_files"
         )
     return out
+
+
+def empty_shards(manifest: Mapping) -> Tuple[int, int]:
+    """(shards without a record, shards) of a manifest: its files grouped by shard (an MDS shard
+    is one or more pieces, and none at all when it has no sample), out of the shards asked for."""
+    container = CONTAINERS.get(str(manifest.get("output_format", "tfrecord")), CONTAINERS["tfrecord"])
+    records: Counter = Counter()
+    for name, count in manifest.get("instances_per_shard", {}).items():
+        records[container.shard_of(name)] += count
+    shards = max(int(manifest.get("num_output_files") or 0), len(records))
+    return shards - sum(1 for count in records.values() if count > 0), shards

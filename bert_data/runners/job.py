@@ -34,12 +34,13 @@ from ..metadata import MetadataSummary
 from ..output.outputs import Output, open_output
 from ..output.lock import output_lock
 from ..output.named_files import NamedFiles, already_published
+from ..output.scratch import remove_stale_scratch, scratch_context
 from ..output.naming import RUN_FILE, WORK_DIR_NAME
 from ..storage import exists as storage_exists, is_remote, join as storage_join
 from ..token_cache import check_cache_inputs
 from .dask import dask_ready, dask_session, run_groups_dask
 from .finish import finish, keep_worst, quality_warnings
-from .plan import PLAN_PREFIX, plan_run, planned_groups, remove_stale_plans, require_both_halves, split_configs
+from .plan import plan_run, planned_groups, require_both_halves, split_configs
 from .pool import run_groups
 from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
 from .worker import GroupResult
@@ -151,7 +152,7 @@ def _cluster_session(config: Config):
 
 
 def _run(config: Config, vocab: Dict[str, int], on_group: Optional[ProgressCallback], on_start, named) -> Dict:
-    remove_stale_plans()
+    remove_stale_scratch()
     with _plan_dir() as plan_dir:
         spool_path = os.path.join(plan_dir, "groups.jsonl")
         try:
@@ -182,7 +183,7 @@ def _plan_dir():
     """The run's temporary directory for its plan spool (under ``$TMPDIR``); no usable one is
     one line naming where and the fix."""
     try:
-        context = tempfile.TemporaryDirectory(prefix=f"{PLAN_PREFIX}{os.getpid()}_")
+        context = scratch_context("plan")
     except OSError as exc:
         raise _temporary_space_error(exc) from None
     with context as plan_dir:

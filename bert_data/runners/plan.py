@@ -10,9 +10,6 @@ Every runner, Beam's driver included, plans this way.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from typing import Dict, Iterator, List, Tuple
 
 from ..config import Config
@@ -94,30 +91,6 @@ def _held_out_selector(config: Config):
         return not files or stat_identity(source.path) not in files
 
     return select
-
-
-PLAN_PREFIX = "bert_data_plan_"
-
-
-def remove_stale_plans() -> None:
-    """The plan spools (temp dirs named with their run's pid) of runs killed with SIGKILL, which
-    could not clean up: removed when that process is gone, so they do not pile up in /tmp."""
-    root = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(PLAN_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(PLAN_PREFIX):].split("_", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive (or reused by another process: left alone)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-        except OSError:
-            continue  # another user's process: not ours to judge
 
 
 def plan(config: Config, spool_path: str, on_entry=lambda source, size: None) -> MetadataSummary:

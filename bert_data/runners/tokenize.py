@@ -16,7 +16,6 @@ import glob
 import logging
 import os
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
@@ -28,12 +27,13 @@ from ..group import Resources, StageClock, tokenized_units
 from ..metadata import MetadataSummary, WorkItem
 from ..output.journal import read_json_object
 from ..output.lock import output_lock
+from ..output.scratch import remove_stale_scratch, scratch_context, scratch_dir
 from ..token_cache import (
     CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, group_done,
     plan_digest, read_sidecar, stats_delta, write_group_cache,
 )
 from ..storage import write_json_atomically
-from .plan import PLAN_PREFIX, plan, planned_groups
+from .plan import plan, planned_groups
 from .pool import run_groups
 from .startup import input_fingerprints, startup_checks
 from .worker import named_as_given, stage_sources
@@ -59,7 +59,7 @@ def tokenize_group_files(group_index: int, items: Sequence[WorkItem], resources:
     stats: Counter = Counter()
     seconds: Counter = Counter()
     clock = StageClock(seconds)
-    scratch = tempfile.mkdtemp(prefix=f"bert_data_t{group_index:09d}_")
+    scratch = scratch_dir(f"t{group_index:09d}")
     try:
         local_items, renames = stage_sources(items, scratch)
         units: List[Tuple[Any, Dict[str, int]]] = []
@@ -83,8 +83,9 @@ def tokenize_group_files(group_index: int, items: Sequence[WorkItem], resources:
 def run_tokenize(config: Config) -> Dict[str, Any]:
     """Tokenize the corpus of ``config`` into ``config.output_dir``; returns the cache's manifest."""
     startup = startup_checks(config)
+    remove_stale_scratch()
     directory = config.output_dir
-    with output_lock(directory), tempfile.TemporaryDirectory(prefix=f"{PLAN_PREFIX}{os.getpid()}_") as plan_dir:
+    with output_lock(directory), scratch_context("plan") as plan_dir:
         spool = os.path.join(plan_dir, "groups.jsonl")
         summary = plan(config, spool)
         inputs = input_fingerprints(config, summary, config.vocab_file)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from ..group import Resources, StageClock, group_batches
 from ..metadata import DocumentSource, WorkItem
 from ..output.fragment import COPY_CHUNK, FragmentWriter, Segment, publish_fragment
 from ..output.naming import fragment_name
+from ..output.scratch import scratch_dir
 
 STAGE_THREADS = 16
 
@@ -73,7 +73,7 @@ def make_group(group_index: int, items: Sequence[WorkItem], resources: Resources
     remote_docs = any(storage.is_remote(item.source.path) for item in items)
     if not remote_docs and not storage.is_remote(work_dir):
         return write_group(group_index, items, resources, work_dir)
-    scratch = tempfile.mkdtemp(prefix=f"bert_data_g{group_index:09d}_")
+    scratch = scratch_dir(f"g{group_index:09d}")
     try:
         local_items, renames = stage_sources(items, scratch) if remote_docs else (list(items), {})
         local_work = work_dir

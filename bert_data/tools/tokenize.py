@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import logging
 import sys
-import tempfile
 import time
 from typing import Iterator, Optional, Sequence
 
@@ -90,6 +89,7 @@ def _bert_input_list(args: argparse.Namespace) -> Iterator[None]:
         return
     from ..errors import ConfigError
     from ..output.named_files import expand_input_patterns, write_input_list
+    from ..output.scratch import scratch_context
 
     if args.metadata_files:
         raise ConfigError("--input_file and --metadata_files both name the inputs: give one of them")
@@ -97,7 +97,7 @@ def _bert_input_list(args: argparse.Namespace) -> Iterator[None]:
         raise ConfigError(f"--input_file reads BERT's corpus layout (create_pretraining_data's), not --input_format "
                           f"{args.input_format}: drop --input_format, or list the files in --metadata_files")
     files = expand_input_patterns(patterns)
-    with tempfile.TemporaryDirectory(prefix="bert_data_inputs_") as staging:
+    with scratch_context("inputs") as staging:
         args.metadata_files, args.input_format = [write_input_list(staging, files)], "bert"
         yield
 
