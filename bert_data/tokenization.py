@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import os
 import re
 import stat
@@ -54,20 +53,11 @@ import tokenizers
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from bert_data.errors import VocabError
+from bert_data.format.native import bind_optional
 
 WORDPIECE_API = 1  # the interface of bert_data/_wordpiece.c this module expects (its API constant)
 
-try:  # the optional C accelerator of the ASCII route (see setup.py); same ids as the Python route
-    from bert_data import _wordpiece  # type: ignore[attr-defined]
-except ImportError:  # no C compiler at install time: the bytes operations and ``tokenizers``
-    _wordpiece = None
-if _wordpiece is not None and getattr(_wordpiece, "API", None) != WORDPIECE_API:  # a stale build
-    logging.getLogger(__name__).warning(
-        "bert_data._wordpiece was built from another version of _wordpiece.c (API %s, expected %s): tokenizing "
-        "ASCII text without it; rebuild it with `pip install -e .` (or reinstall)",
-        getattr(_wordpiece, "API", None), WORDPIECE_API,
-    )
-    _wordpiece = None
+_wordpiece = bind_optional("bert_data._wordpiece", WORDPIECE_API, "tokenizing ASCII text without it")  # see setup.py
 
 __all__ = [
     "SPECIAL_TOKENS",

@@ -41,6 +41,18 @@ def require_wire() -> None:
     require_built(batch_decode._wire, "bert_data.format._wire")
 
 
+def both_paths(call):
+    """``call()`` with the C accelerator (``bert_data.format._wire``), then with the writers' numpy
+    paths (``native._wire`` None): the two results, for a test to hold equal."""
+    from bert_data.format import native
+
+    require_wire()
+    with_c = call()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "_wire", None)
+        return with_c, call()
+
+
 @pytest.fixture(params=["c", "numpy"])
 def impl(request, monkeypatch):
     """Run a test with the compiled accelerator (``bert_data.format._wire``) and with the numpy

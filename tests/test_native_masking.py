@@ -28,10 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from bert_data import masking
 from bert_data.format import native
 from bert_data.masking import MaskingParams, mask_batch
-from conftest import require_wire
+from conftest import both_paths as both, require_wire
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.random.Philox, np.random.SFC64]
@@ -41,15 +40,6 @@ BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.ra
 def wire():
     require_wire()
     return native.wire()
-
-
-def both(call):
-    """``call()`` with the accelerator, then with the numpy path: the two results."""
-    require_wire()
-    with_c = call()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native, "_wire", None)
-        return with_c, call()
 
 
 def same_arrays(left, right):

@@ -21,7 +21,7 @@ from bert_data.format import example_wire, native, tfrecord
 from bert_data.format.example_wire import parse_example, serialize_examples
 from bert_data.format.tfrecord import frame_records, iter_records
 from bert_data.tools.create import main
-from conftest import base_args, require_wire, write_corpus, write_vocab
+from conftest import base_args, both_paths as both, require_wire, write_corpus, write_vocab
 
 
 @pytest.fixture
@@ -29,15 +29,6 @@ def wire():
     require_wire()
     assert native.wire() is not None, "the reading and writing paths bind the same module"
     return native.wire()
-
-
-def both(call):
-    """``call()`` with the accelerator, then with the numpy path: the two results."""
-    require_wire()
-    with_c = call()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native, "_wire", None)
-        return with_c, call()
 
 
 # --------------------------------------------------------------------------------------

@@ -822,17 +822,22 @@ def test_wire_decode_rejects_bad_arguments(wire):
     assert ok.tolist() == [0]
 
 
-def test_a_stale_accelerator_build_is_refused_with_a_warning():
-    """A _wire module of another API (built from an older _wire.c in an editable checkout) is
-    never called: batch_decode falls back to numpy and says how to rebuild."""
+@pytest.mark.parametrize("module, user, source", [
+    ("bert_data.format._wire", "from bert_data.format import batch_decode as user", "_wire.c"),  # numpy reads
+    ("bert_data._wordpiece", "from bert_data import tokenization as user", "_wordpiece.c"),  # the Python route
+])
+def test_a_stale_accelerator_build_is_refused_with_a_warning(module, user, source):
+    """A C module of another API (built from an older source in an editable checkout) is never
+    called: its caller falls back to the Python path and the warning says how to rebuild."""
+    attribute = module.rsplit(".", 1)[1]
     code = (
         "import logging, sys, types\n"
         "logging.basicConfig()\n"
-        "stale = types.ModuleType('bert_data.format._wire'); stale.API = 0\n"
-        "sys.modules['bert_data.format._wire'] = stale\n"
-        "from bert_data.format import batch_decode\n"
-        "assert batch_decode._wire is None\n"
+        f"stale = types.ModuleType({module!r}); stale.API = 0\n"
+        f"sys.modules[{module!r}] = stale\n"
+        f"{user}\n"
+        f"assert user.{attribute} is None\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "built from another version of _wire.c" in proc.stderr and "pip install -e ." in proc.stderr
+    assert f"built from another version of {source}" in proc.stderr and "pip install -e ." in proc.stderr

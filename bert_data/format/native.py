@@ -21,23 +21,32 @@ through :func:`wire`). This module imports nothing of the package.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from types import ModuleType
 from typing import Optional
 
 WIRE_API = 5  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
 
-try:  # the optional C accelerator (see setup.py); same answers as the numpy paths
-    from . import _wire  # type: ignore[attr-defined]
-except ImportError:  # no C compiler at install time: the numpy implementations
-    _wire = None
-if _wire is not None and getattr(_wire, "API", None) != WIRE_API:  # a stale build
-    logging.getLogger(__name__).warning(
-        "bert_data.format._wire was built from another version of _wire.c (API %s, expected %s): reading and "
-        "writing TFRecords with numpy; rebuild it with `pip install -e .` (or reinstall)",
-        getattr(_wire, "API", None), WIRE_API,
-    )
-    _wire = None
+def bind_optional(name: str, api: int, without: str) -> Optional[ModuleType]:
+    """The optional C module ``name`` (built by setup.py when a compiler is there), or None: not
+    built, or built from another version of its source (an editable checkout after a pull), whose
+    ``API`` constant differs from ``api``: never called then, and a warning says what runs
+    instead (``without``) and how to rebuild. The one binding rule of every C module."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError:  # no C compiler at install time
+        return None
+    if getattr(module, "API", None) != api:  # a stale build
+        logging.getLogger(__name__).warning(
+            "%s was built from another version of %s.c (API %s, expected %s): %s; rebuild it with `pip install -e .` "
+            "(or reinstall)", name, name.rsplit(".", 1)[-1], getattr(module, "API", None), api, without,
+        )
+        return None
+    return module
+
+
+_wire = bind_optional("bert_data.format._wire", WIRE_API, "reading and writing TFRecords with numpy")
 
 
 def wire() -> Optional[ModuleType]:
