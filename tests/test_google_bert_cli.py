@@ -564,3 +564,12 @@ def test_tokenize_input_file_is_one_way_of_naming_inputs(capsys, layout):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("bert-data tokenize: error: ") for line in err), err
     assert "give one of them" in err[0] and "--input_format text" in err[1] and "matches no file" in err[2]
+
+
+def test_the_token_caches_advice_keeps_tokenizes_own_flags(capsys, layout):
+    """The advice of a token cache error is a `bert-data tokenize` command: its --output_dir and
+    --overwrite are tokenize's, not translated into BERT's terms as the rest of the line is."""
+    missing = layout["out"] / "no-cache"
+    err = one_line_error(capsys, "--input_file=corpus/a.txt", f"--vocab_file={layout['vocab']}",
+                         f"--output_file={layout['out'] / 'x.tfrecord'}", f"--from_tokens={missing}", "--quiet")
+    assert f"make it with bert-data tokenize --output_dir {missing}" in err and "work directory" not in err

@@ -244,9 +244,12 @@ def _unknown(name: str) -> str:
 
 
 def _in_bert_terms(message: str) -> str:
+    """``message`` with our flag names as BERT's command line knows them, up to a ``bert-data
+    tokenize`` command it advises (the token cache's fix): that command's flags are tokenize's own."""
+    ours_part, command, rest = message.partition("bert-data tokenize")
     for ours, theirs in _OUR_NAMES:
-        message = re.sub(ours, theirs, message)
-    return message
+        ours_part = re.sub(ours, theirs, ours_part)
+    return ours_part + command + rest
 
 
 def build_run(values: Dict[str, Any]):
