@@ -42,6 +42,22 @@ def _open_local(path: str) -> BinaryIO:
 
 
 
+def no_documents_listed(metadata_files: Sequence[str]) -> str:
+    """The line for metadata that lists nothing: blank or comment lines only, or a named pipe that
+    gave no line (read without waiting for a writer: :func:`_open_local`)."""
+    pipes = [m for m in metadata_files if not is_remote(m) and _is_fifo(m)]
+    why = (f"{', '.join(pipes)} {'is a named pipe' if len(pipes) == 1 else 'are named pipes'} that gave no line: "
+           f"start its writer first, or pass a file") if pipes else "only blank or comment lines"
+    return f"no documents listed in {', '.join(metadata_files)} ({why})"
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class DocumentSource:
     """One metadata entry: the file to read and where it was listed (for error messages)."""
@@ -375,9 +391,7 @@ def scan_metadata(
     if counts["duplicates"]:
         log.warning("%s in the metadata; each is processed again", plural(counts["duplicates"], "duplicate document path"))
     if counts["entries"] == 0:
-        raise MetadataError(
-            empty_hint or f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)"
-        )
+        raise MetadataError(empty_hint or no_documents_listed(metadata_files))
     return MetadataSummary(
         entries=counts["entries"], duplicate_entries=counts["duplicates"], total_bytes=counts["bytes"],
         groups=counts["groups"], metadata_sha256=digest.hexdigest(), documents_sha256=documents.sha256,
@@ -571,7 +585,7 @@ def split_metadata_files(
 
     entries = [source.path for source in iter_metadata(metadata_files, "", on_bytes=on_bytes)]
     if not entries:
-        raise MetadataError(f"no documents listed in {', '.join(metadata_files)} (only blank or comment lines)")
+        raise MetadataError(no_documents_listed(metadata_files))
     unique, keys, occurrences = _unique(entries, prefix)
     duplicates = {path: occurrences[key] for path, key in zip(unique, keys) if occurrences[key] > 1}
     train, validation = assign_split(unique, fraction=fraction, count=count, seed=seed, prefix=prefix)

@@ -278,7 +278,8 @@ def test_a_metadata_fifo_nobody_writes_to_is_one_line(corpus, tmp_path, capsys):
     except subprocess.TimeoutExpired:
         pytest.fail(f"create_tfrecords blocked on the metadata FIFO {fifo}")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == f"create_tfrecords: error: no documents listed in {fifo} (only blank or comment lines)\n"
+    assert done.stderr == (f"create_tfrecords: error: no documents listed in {fifo} ({fifo} is a named pipe that gave "
+                           f"no line: start its writer first, or pass a file)\n")
     args[args.index("--metadata_files") + 1] = str(metadata)
     args[args.index("--input_files_prefix") + 1] = str(metadata.parent)
     assert create_main(args) == 0  # the corrected rerun: nothing was left behind
