@@ -32,7 +32,7 @@ log = logging.getLogger("bert_data")
 def _open_local(path: str) -> BinaryIO:
     """A metadata file; a FIFO (a named pipe, or ``<(command)``) is opened without waiting for a
     writer, so a named pipe nobody writes to reads as empty instead of hanging the run."""
-    if stat.S_ISFIFO(os.stat(path).st_mode):
+    if _is_fifo(path):
         import fcntl
 
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -43,8 +43,7 @@ def _open_local(path: str) -> BinaryIO:
 
 
 def no_documents_listed(metadata_files: Sequence[str]) -> str:
-    """The line for metadata that lists nothing: blank or comment lines only, or a named pipe that
-    gave no line (read without waiting for a writer: :func:`_open_local`)."""
+    """The line for metadata that lists nothing (a named pipe is read without waiting: _open_local)."""
     pipes = [m for m in metadata_files if not is_remote(m) and _is_fifo(m)]
     why = (f"{', '.join(pipes)} {'is a named pipe' if len(pipes) == 1 else 'are named pipes'} that gave no line: "
            f"start its writer first, or pass a file") if pipes else "only blank or comment lines"
@@ -54,7 +53,7 @@ def no_documents_listed(metadata_files: Sequence[str]) -> str:
 def _is_fifo(path: str) -> bool:
     try:
         return stat.S_ISFIFO(os.stat(path).st_mode)
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # (opening it says what is wrong)
         return False
 
 
