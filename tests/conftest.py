@@ -53,6 +53,17 @@ def both_paths(call):
         return with_c, call()
 
 
+def same_arrays(left, right):
+    """Two dicts of arrays (a C path's and numpy's) hold the same names, dtypes, shapes and values."""
+    import numpy as np
+
+    assert list(left) == list(right)
+    for name in left:
+        assert left[name].dtype == right[name].dtype, name
+        assert left[name].shape == right[name].shape, name
+        np.testing.assert_array_equal(left[name], right[name], err_msg=name)
+
+
 @pytest.fixture(params=["c", "numpy"])
 def impl(request, monkeypatch):
     """Run a test with the compiled accelerator (``bert_data.format._wire``) and with the numpy

@@ -30,7 +30,7 @@ from hypothesis.extra import numpy as hnp
 
 from bert_data.format import native
 from bert_data.masking import MaskingParams, mask_batch
-from conftest import both_paths as both, require_wire
+from conftest import both_paths as both, require_wire, same_arrays
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.random.Philox, np.random.SFC64]
@@ -40,14 +40,6 @@ BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.ra
 def wire():
     require_wire()
     return native.wire()
-
-
-def same_arrays(left, right):
-    assert list(left) == list(right)
-    for name in left:
-        assert left[name].dtype == right[name].dtype, name
-        assert left[name].shape == right[name].shape, name
-        np.testing.assert_array_equal(left[name], right[name], err_msg=name)
 
 
 def same_state(left, right) -> bool:

@@ -21,7 +21,7 @@ from bert_data.format import example_wire, native, tfrecord
 from bert_data.format.example_wire import parse_example, serialize_examples
 from bert_data.format.tfrecord import frame_records, iter_records
 from bert_data.tools.create import main
-from conftest import base_args, both_paths as both, require_wire, write_corpus, write_vocab
+from conftest import base_args, both_paths as both, require_wire, same_arrays, write_corpus, write_vocab
 
 
 @pytest.fixture
@@ -315,14 +315,6 @@ def test_c_bytes_are_tensorflows_deterministic_serialization(wire):
 from bert_data.instances import InstanceParams, PairPlan, assemble  # noqa: E402
 
 
-def _same_arrays(left, right):
-    assert list(left) == list(right)
-    for name in left:
-        assert left[name].dtype == right[name].dtype, name
-        assert left[name].shape == right[name].shape, name
-        np.testing.assert_array_equal(left[name], right[name], err_msg=name)
-
-
 def _outcome(function, *args):
     """The arrays ``function`` returns, or the type of the error it raises (a plan that does not fit)."""
     try:
@@ -333,7 +325,7 @@ def _outcome(function, *args):
 
 def _same_outcome(with_c, with_numpy):
     if isinstance(with_c, dict):
-        _same_arrays(with_c, with_numpy)
+        same_arrays(with_c, with_numpy)
     else:
         assert with_c is with_numpy
 
@@ -362,10 +354,10 @@ def pair_plans(draw, valid=True):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pair_plans())
-def test_assemble_c_and_numpy_give_the_same_arrays(case):
+def test_assemble_c_and_numpy_give_thesame_arrays(case):
     ids, plan, params = case
     with_c, with_numpy = both(lambda: assemble(ids, plan, params))
-    _same_arrays(with_c, with_numpy)
+    same_arrays(with_c, with_numpy)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -414,7 +406,7 @@ def window_batches(draw, valid=True):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.booleans().flatmap(lambda valid: window_batches(valid)))
-def test_assemble_windows_c_and_numpy_give_the_same_arrays(case):
+def test_assemble_windows_c_and_numpy_give_thesame_arrays(case):
     _same_outcome(*both(lambda: _outcome(assemble_windows, *case)))
 
 
