@@ -35,16 +35,20 @@ import numpy as np
 from .format.native import wire
 from .instances import INSTANCE_BATCH_ROWS, shard_of_rows
 
-# Real tokens packed together at most (a worker's packing memory: 4-byte ids, 1-byte segments).
-# At MSL 512 quality hardly depends on it (depth 3: 0.25% padding in buffers of 2,900 instances,
-# 0.40% of 1,000); at MSL 128, where few short instances must complete many nearly full rows,
-# it does (UnitPacker's docstring).
-PACK_BUFFER_TOKENS = 1 << 22
+# Real tokens packed together at most (a worker's packing memory: 2-byte ids, 1-byte segments and
+# the predictions, about 9 MB when full). At MSL 512 quality hardly depends on it (depth 3: 0.31%
+# padding with 2M or 4M tokens, depth 8 0.19% or 0.18%); at MSL 128, where few short instances
+# must complete many nearly full rows, it does (0.98% with 2M, 0.97% with 4M, 1.00% with 1M; the
+# LP optimum is 0.915%), and 2M keeps a packed run's peak memory within 9% of the unpacked one's
+# (4M: 16%; UnitPacker's docstring).
+PACK_BUFFER_TOKENS = 1 << 21
 # Packed rows are assembled and handed to the writer in batches of at most this many rows (as
 # unpacked instances are, instances.INSTANCE_BATCH_ROWS) and at most PACKED_BATCH_TOKENS padded
-# tokens: a batch's assembly temporaries and the encoder's grow with its padded tokens.
+# tokens: a batch's rows (4 int32 arrays of its padded tokens) are serialized while they are
+# still in the cache, and its temporaries stay small (measured at MSL 512: 256K tokens, 512
+# rows, made assembly 25% cheaper than 1M and the run's peak memory 4% lower).
 PACKED_BATCH_ROWS = INSTANCE_BATCH_ROWS
-PACKED_BATCH_TOKENS = 1 << 20
+PACKED_BATCH_TOKENS = 1 << 18
 
 
 def packed_batch_rows(max_seq_length: int) -> int:
@@ -72,6 +76,17 @@ class PackingParams:
 
 def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: int, prediction_budget: int,
               max_sequences_per_pack: int) -> List[List[int]]:
+    """:func:`best_fill_arrays`' packs as lists of indices into ``lengths``."""
+    members, depths = best_fill_arrays(lengths, predictions, max_length, prediction_budget, max_sequences_per_pack)
+    members_l, packs, at = members.tolist(), [], 0
+    for depth in depths.tolist():
+        packs.append(members_l[at : at + depth])
+        at += depth
+    return packs
+
+
+def best_fill_arrays(lengths: Sequence[int], predictions: Sequence[int], max_length: int, prediction_budget: int,
+                     max_sequences_per_pack: int) -> Tuple[np.ndarray, np.ndarray]:
     """Longest first, each row completed by its best fill: the packs (lists of indices into
     ``lengths``, each in the order its instances were placed), in the order they were opened.
 
@@ -90,6 +105,10 @@ def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: in
     (the preferences were chosen by measurement: depth 3 0.27% and depth 8 0.18% padding, where
     preferring exact singles at depth 3 gave 1.5% and pairs at depth 8 0.25%).
 
+    Returns the packs, in the order they were opened, as int64 arrays: their instances back to
+    back (each pack's in the order they were placed) and each pack's depth. ``_wire.best_fill``
+    when the accelerator is built (the same packs, step for step; this Python is the reference).
+
     The masked-LM budget is a second capacity: a fill is taken only when its instances'
     predictions fit the row's free prediction slots (of equally long instances, those with the
     fewest predictions are taken first). Deterministic: ties go to the lower index. Every
@@ -100,7 +119,14 @@ def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: in
     if len(lengths_a) and (int(lengths_a.max()) > max_length or int(preds_a.max()) > prediction_budget
                            or int(lengths_a.min()) < 1):
         raise ValueError("an instance is empty, longer than the row or has more predictions than its budget")
-    histogram = _Histogram(lengths_a, preds_a, max_length)
+    order = _histogram_order(lengths_a, preds_a)
+    native = wire()
+    if native is not None:
+        members, depths = np.empty(len(lengths_a), np.int64), np.empty(len(lengths_a), np.int64)
+        rows = native.best_fill(np.ascontiguousarray(lengths_a), np.ascontiguousarray(preds_a), order, max_length,
+                                prediction_budget, max_sequences_per_pack, members, depths)
+        return members, depths[:rows]
+    histogram = _Histogram(lengths_a, preds_a, order, max_length)
     packs: List[List[int]] = []
     predictions_l = preds_a.tolist()
     for length in range(max_length, 0, -1):
@@ -126,7 +152,14 @@ def best_fill(lengths: Sequence[int], predictions: Sequence[int], max_length: in
                 if slots <= 2 or not free_tokens:
                     break
             packs.append(pack)
-    return packs
+    members = np.fromiter((i for pack in packs for i in pack), np.int64, len(lengths_a))
+    return members, np.fromiter((len(pack) for pack in packs), np.int64, len(packs))
+
+
+def _histogram_order(lengths: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    """The instances by length, then most predictions first, then highest index first: each
+    length's run, read from its end, gives the fewest predictions and lowest index first."""
+    return np.lexsort((-np.arange(len(lengths)), -predictions, lengths)).astype(np.int64)
 
 
 class _Histogram:
@@ -134,9 +167,8 @@ class _Histogram:
     predictions (ties: the lowest index), the count per length, and the lengths present, sorted
     (plain Python lists: a row's fill is found with a few bisections, no array per row)."""
 
-    def __init__(self, lengths: np.ndarray, predictions: np.ndarray, max_length: int) -> None:
+    def __init__(self, lengths: np.ndarray, predictions: np.ndarray, order: np.ndarray, max_length: int) -> None:
         self.predictions = predictions.tolist()
-        order = np.lexsort((-np.arange(len(lengths)), -predictions, lengths))  # by length, then most predictions first
         counts = np.bincount(lengths, minlength=max_length + 1)
         bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         order_l = order.tolist()
@@ -227,72 +259,138 @@ class _Histogram:
 
 
 class InstanceBuffer:
-    """Instances of one buffer: their real tokens and predictions, concatenated."""
+    """Instances of one buffer: their real tokens and predictions, back to back.
 
-    def __init__(self, paired: bool) -> None:
+    The columns are allocated once for ``capacity_tokens`` (a :class:`UnitPacker` knows its
+    buffer's most tokens) and reused buffer after buffer, so a worker's packing memory is one
+    buffer's real tokens, not twice that while parts are concatenated; they grow by doubling past
+    it. The rows' prefixes are copied by ``_wire.gather_prefixes`` when the accelerator is
+    built and the masks are prefixes (every unpacked instance's are), else by numpy's boolean
+    masks (the reference): the same values either way."""
+
+    def __init__(self, paired: bool, capacity_tokens: int = 0) -> None:
         self.paired = paired
-        self.parts: Dict[str, List[np.ndarray]] = {}
+        names = ("ids", "mlm_pos", "mlm_ids") + (("segments",) if paired else ())
+        self.columns: Dict[str, np.ndarray] = {
+            name: np.empty(capacity_tokens, np.int8 if name == "segments" else np.uint16 if name == "ids" else np.int32)
+            for name in names
+        }
+        self.used = {"length": 0, "npred": 0}  # tokens and predictions held
+        self.rows: Dict[str, List[np.ndarray]] = {}  # per instance: length, npred (int64), labels (int32)
         self.n = 0
 
-    def add(self, features: Mapping[str, np.ndarray], lo: int, hi: int, real: Optional[np.ndarray] = None) -> None:
-        """Rows ``lo:hi`` of a batch of unpacked instances (``real``: their lengths, when the caller has them)."""
+    def add(self, features: Mapping[str, np.ndarray], lo: int, hi: int,
+            real: Optional[Tuple[np.ndarray, bool]] = None) -> None:
+        """Rows ``lo:hi`` of a batch of unpacked instances (``real``: :func:`row_counts` of their
+        input_mask, when the caller has it)."""
         mask = np.asarray(features["input_mask"][lo:hi])
-        if real is None:
-            real = mask.sum(axis=1)
-        run = mask != 0
-        pos = np.asarray(features["masked_lm_positions"][lo:hi])
         weights = np.asarray(features["masked_lm_weights"][lo:hi])
-        slots = weights != 0
-        parts = {
-            "length": real.astype(np.int64),
-            "ids": _compact_ids(np.asarray(features["input_ids"][lo:hi])[run]),
-            "npred": slots.sum(axis=1).astype(np.int64),
-            "mlm_pos": pos[slots].astype(np.int32),
-            "mlm_ids": np.asarray(features["masked_lm_ids"][lo:hi])[slots].astype(np.int32),
-        }
+        real = row_counts(mask) if real is None else real
+        npred = row_counts(weights)
+        per_token = {"ids": "input_ids", "segments": "segment_ids"} if self.paired else {"ids": "input_ids"}
+        for count_key, (counts, prefix), mask_, names in (
+                ("length", real, mask, per_token),
+                ("npred", npred, weights, {"mlm_pos": "masked_lm_positions", "mlm_ids": "masked_lm_ids"})):
+            at, total = self.used[count_key], int(counts.sum())
+            for name, feature in names.items():
+                self._reserve(name, at + total)
+                self._gather(name, np.asarray(features[feature][lo:hi]), mask_, counts if prefix else None, at)
+            self.used[count_key] = at + total
+        real, npred = real[0], npred[0]
+        parts = {"length": real.astype(np.int64), "npred": npred.astype(np.int64)}
         if self.paired:
-            parts["segments"] = np.asarray(features["segment_ids"][lo:hi])[run].astype(np.int8)
             parts["labels"] = np.asarray(features["next_sentence_labels"][lo:hi])[:, 0].astype(np.int32)
         for name, value in parts.items():
-            self.parts.setdefault(name, []).append(value)
+            self.rows.setdefault(name, []).append(value)
         self.n += hi - lo
 
+    def _reserve(self, name: str, size: int) -> None:
+        column = self.columns[name]
+        if size > len(column):
+            grown = np.empty(max(size, 2 * len(column)), column.dtype)
+            held = self.used["length" if name in ("ids", "segments") else "npred"]
+            grown[:held] = column[:held]
+            self.columns[name] = grown
+
+    def _gather(self, name: str, values: np.ndarray, mask: np.ndarray, counts: Optional[np.ndarray], at: int) -> None:
+        """The values under each row's mask into the column from ``at``: each row's first
+        ``counts`` (None: the mask is not known to be a prefix) by the accelerator, else by
+        numpy; ids are widened to int32 when one does not fit 2 bytes (a vocabulary over 65,536)."""
+        native = wire()
+        width = values.shape[1] if values.ndim == 2 else 0
+        if native is not None and counts is not None and width and values.dtype == np.int32:
+            values = np.ascontiguousarray(values)
+            if native.gather_prefixes(values, width, counts, self.columns[name], at):
+                return
+            if name == "ids" and self.columns[name].dtype == np.uint16 and native.gather_prefixes(
+                    values, width, counts, self._widened(name), at):
+                return
+        picked = values[mask != 0]  # the reference: every nonzero of the mask, a row's in order
+        if name == "ids" and self.columns[name].dtype == np.uint16 and len(picked) and int(picked.max()) >= 1 << 16:
+            self._widened(name)
+        self.columns[name][at : at + len(picked)] = picked
+
+    def _widened(self, name: str) -> np.ndarray:
+        self.columns[name] = self.columns[name].astype(np.int32)
+        return self.columns[name]
+
     def take(self) -> Dict[str, np.ndarray]:
-        out = {name: np.concatenate(values) for name, values in self.parts.items()}
-        self.parts, self.n = {}, 0
+        """The buffer's instances (views of its columns: valid until the next :meth:`add`), and it empties."""
+        out = {name: np.concatenate(values) for name, values in self.rows.items()}
+        for name, column in self.columns.items():
+            out[name] = column[: self.used["length" if name in ("ids", "segments") else "npred"]]
+        self.rows, self.n = {}, 0
+        self.used = {"length": 0, "npred": 0}
         return out
 
 
-def _compact_ids(ids: np.ndarray) -> np.ndarray:
-    """Token ids in 2 bytes when they fit (every vocabulary under 65,536), else 4: a buffer's
-    memory is mostly its ids."""
-    return ids.astype(np.uint16 if not len(ids) or int(ids.max()) < 1 << 16 else np.int32)
+def row_counts(values: np.ndarray) -> Tuple[np.ndarray, bool]:
+    """Each row's nonzero entries (int64: an input_mask's real tokens, masked_lm_weights'
+    predictions), and whether they are known to be the row's first entries (by
+    ``_wire.prefix_counts``; every unpacked instance's are), so that prefixes can be copied."""
+    native = wire()
+    if native is not None and values.ndim == 2 and values.dtype in (np.int32, np.float32) and values.shape[1]:
+        counts = np.empty(len(values), np.int64)
+        if native.prefix_counts(np.ascontiguousarray(values), values.shape[1], counts):
+            return counts, True
+    return np.count_nonzero(values, axis=1).astype(np.int64), False
 
 
 def pack_instances(instances: Mapping[str, np.ndarray], params: PackingParams,
                    rng: Optional[np.random.Generator]) -> Dict[str, np.ndarray]:
     """One buffer of compact instances (:class:`InstanceBuffer`) -> packed rows, shuffled by ``rng``
     (None: in the order the packs were opened)."""
-    return assemble_rows(instances, shuffled_packs(instances, params, rng), params)
+    return assemble_packs(instances, *shuffled_packs(instances, params, rng), params)
 
 
 def shuffled_packs(instances: Mapping[str, np.ndarray], params: PackingParams,
-                   rng: Optional[np.random.Generator]) -> List[List[int]]:
-    """The packs of a buffer (:func:`best_fill`), in the order ``rng`` shuffles them (None: opened)."""
-    packs = best_fill(instances["length"], instances["npred"], params.max_seq_length, params.prediction_budget,
-                      params.max_sequences_per_pack)
-    if rng is not None:
-        packs = [packs[p] for p in rng.permutation(len(packs)).tolist()]
-    return packs
+                   rng: Optional[np.random.Generator]) -> Tuple[np.ndarray, np.ndarray]:
+    """The packs of a buffer (:func:`best_fill_arrays`) in the order ``rng`` shuffles them (None:
+    opened): their members back to back and their depths."""
+    members, depths = best_fill_arrays(instances["length"], instances["npred"], params.max_seq_length,
+                                       params.prediction_budget, params.max_sequences_per_pack)
+    if rng is None:
+        return members, depths
+    order = rng.permutation(len(depths))
+    first = np.cumsum(depths) - depths
+    return members[_ramps(first[order], depths[order])], depths[order]
 
 
 def assemble_rows(instances: Mapping[str, np.ndarray], packs: Sequence[Sequence[int]],
                   params: PackingParams) -> Dict[str, np.ndarray]:
-    """The packed rows of ``packs`` (each a list of instance indices, in row order), vectorised:
-    the instances are first gathered in row order, so each row's real tokens (and predictions,
-    and NSP slots) are one contiguous run that a boolean mask of the row's filled prefix places."""
+    """The packed rows of ``packs`` (each a list of instance indices, in row order)."""
     members = np.fromiter((i for pack in packs for i in pack), np.int64)
     depths = np.fromiter((len(pack) for pack in packs), np.int64, len(packs))
+    return assemble_packs(instances, members, depths, params)
+
+
+def assemble_packs(instances: Mapping[str, np.ndarray], members: np.ndarray, depths: np.ndarray,
+                   params: PackingParams) -> Dict[str, np.ndarray]:
+    """The packed rows of packs given as their members back to back and their depths,
+    vectorised: the instances are first gathered in row order, so each row's real tokens (and
+    predictions, and NSP slots) are one contiguous run that a boolean mask of the row's filled
+    prefix places (``_wire.pack_rows`` when the accelerator is built)."""
+    members, depths = np.asarray(members, np.int64), np.asarray(depths, np.int64)
     native = _assemble_native(instances, members, depths, params)
     if native is not None:
         return native
@@ -346,14 +444,14 @@ def _assemble_native(instances: Mapping[str, np.ndarray], members: np.ndarray, d
     L, B, K = params.max_seq_length, params.prediction_budget, params.max_sequences_per_pack
     rows = len(depths)
     lengths, npred = instances["length"].astype(np.int64), instances["npred"].astype(np.int64)
-    out = {name: np.zeros((rows, L), np.int32) for name in ("input_ids", "input_mask", "positions")}
-    out["segment_ids"] = np.zeros((rows, L), np.int32) if params.paired else None
-    out["masked_lm_positions"] = np.zeros((rows, B), np.int32)
-    out["masked_lm_ids"] = np.zeros((rows, B), np.int32)
-    out["masked_lm_weights"] = np.zeros((rows, B), np.float32)
+    out = {name: np.empty((rows, L), np.int32) for name in ("input_ids", "input_mask", "positions")}  # pack_rows
+    out["segment_ids"] = np.empty((rows, L), np.int32) if params.paired else None  # writes every entry
+    out["masked_lm_positions"] = np.empty((rows, B), np.int32)
+    out["masked_lm_ids"] = np.empty((rows, B), np.int32)
+    out["masked_lm_weights"] = np.empty((rows, B), np.float32)
     for name, dtype in (("next_sentence_positions", np.int32), ("next_sentence_labels", np.int32),
                         ("next_sentence_weights", np.float32)):
-        out[name] = np.zeros((rows, K), dtype) if params.paired else None
+        out[name] = np.empty((rows, K), dtype) if params.paired else None
     paired = params.paired
     done = native.pack_rows(
         L, B, K, np.ascontiguousarray(ids), np.ascontiguousarray(instances["segments"], np.int8) if paired else None,
@@ -406,8 +504,8 @@ class UnitPacker:
     Why the unit and not the pass: the fuller the buffer, the better the rare short instances
     find the rows they complete. On the shared corpus at MSL 128, depth 3, packing each pass
     (about 4,700 instances a buffer) left 1.06% padding, the unit's passes together in buffers of
-    up to 4M tokens 0.97%, and one buffer for the whole output 0.92% (the LP optimum over every
-    depth-3 pattern is 0.915%).
+    up to 2M tokens 0.98% (4M: 0.97%), and one buffer for the whole output 0.92% (the LP optimum
+    over every depth-3 pattern is 0.915%).
 
     Memory: a buffer holds only its instances' real tokens and predictions, and is flushed when
     it reaches :data:`PACK_BUFFER_TOKENS` tokens (at an instance boundary found from the tokens
@@ -426,7 +524,7 @@ class UnitPacker:
         self.rng = np.random.Generator(np.random.PCG64(packing_seed))
         self.first_shard, self.num_shards = first_shard, num_shards
         self.buffer_tokens = buffer_tokens or PACK_BUFFER_TOKENS
-        self.buffer = InstanceBuffer(params.paired)
+        self.buffer = InstanceBuffer(params.paired, self.buffer_tokens + params.max_seq_length)  # at most: see add()
         self.held_tokens = 0
         self.rows = 0  # rows written so far (complete after finish())
         self.real_tokens = 0  # tokens of the packed instances
@@ -435,13 +533,13 @@ class UnitPacker:
         """Take a pass's batches of unpacked instances; yield the rows of every buffer they fill."""
         for features, _ in batches:
             count, lo = len(features["input_ids"]), 0
-            lengths = np.asarray(features["input_mask"]).sum(axis=1)
+            lengths, prefix = row_counts(np.asarray(features["input_mask"]))
             while lo < count:
                 room = self.buffer_tokens - self.held_tokens
                 reach = np.cumsum(lengths[lo:])
                 hi = lo + int(np.searchsorted(reach, room, side="left")) + 1  # the instance that fills the buffer, included
                 hi = min(hi, count)
-                self.buffer.add(features, lo, hi, lengths[lo:hi])
+                self.buffer.add(features, lo, hi, (lengths[lo:hi], prefix))
                 self.held_tokens += int(reach[hi - lo - 1])
                 lo = hi
                 if self.held_tokens >= self.buffer_tokens:
@@ -457,13 +555,14 @@ class UnitPacker:
         self.held_tokens = 0
         self.real_tokens += int(instances["length"].sum())
         params = self.params
-        packs = shuffled_packs(instances, params, self.rng)
+        members, depths = shuffled_packs(instances, params, self.rng)
+        first = np.concatenate([[0], np.cumsum(depths)])  # each row's first member, and the end
         step = packed_batch_rows(params.max_seq_length)
-        for lo in range(0, len(packs), step):
-            chunk = packs[lo : lo + step]
-            yield assemble_rows(instances, chunk, params), shard_of_rows(self.rows, len(chunk), self.first_shard,
-                                                                         self.num_shards)
-            self.rows += len(chunk)
+        for lo in range(0, len(depths), step):
+            hi = min(lo + step, len(depths))
+            rows = assemble_packs(instances, members[first[lo] : first[hi]], depths[lo:hi], params)
+            yield rows, shard_of_rows(self.rows, hi - lo, self.first_shard, self.num_shards)
+            self.rows += hi - lo
 
     def count(self, stats: Counter) -> None:
         """Add the unit's row counters (the manifest's ``packing_summary``)."""

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import base_args, write_corpus, write_vocab
+from conftest import base_args, both_paths, same_arrays, write_corpus, write_vocab
 from bert_data.config import Config, validate
 from bert_data.errors import ConfigError
 from bert_data.format.checks import check_records
@@ -236,6 +236,108 @@ def test_the_accelerator_declines_rows_that_do_not_fit():
         assert packing._assemble_native(compact, members, depths, params) is None
     long_ones = {**compact, "length": compact["length"] * 0 + SEQ}  # two full rows cannot share one
     assert packing._assemble_native(long_ones, np.arange(2, dtype=np.int64), np.array([2]), params) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 64), st.integers(0, 12)), min_size=0, max_size=400),
+    st.integers(1, 8),
+    st.integers(8, 20),
+)
+def test_the_accelerators_packs_are_the_python_packs(items, depth, budget):
+    """``_wire.best_fill`` follows the Python reference step for step: the same packs, in the
+    same order, each pack's instances in the same order (ties, budgets and equal lengths included)."""
+    lengths = [length for length, _ in items]
+    preds = [min(pred, budget) for _, pred in items]
+    compiled, reference = both_paths(lambda: best_fill(lengths, preds, 64, budget, depth))
+    assert compiled == reference
+
+
+def test_the_accelerators_packs_on_the_corpus_length_mix():
+    """The MSL-512 length mix of the shared corpus (test_best_fill_comes_near_the_token_bound...),
+    with predictions, at depths 2, 3 and 8: the same packs from C and Python."""
+    counts = json.loads((Path(__file__).parent / "data" / "msl512_instance_lengths.json").read_text())["counts"]
+    rng = np.random.default_rng(5)
+    lengths = rng.choice(len(counts), 3000, p=np.asarray(counts) / sum(counts))
+    preds = np.minimum(80, rng.integers(0, 1 + lengths // 6))
+    for depth in (2, 3, 8):
+        compiled, reference = both_paths(lambda: best_fill(lengths, preds, 512, 80 + depth, depth))
+        assert compiled == reference, depth
+
+
+def _messy_instances(rng: np.random.Generator, n: int, paired: bool, holes: bool, wide: bool) -> Dict[str, np.ndarray]:
+    """Instances whose masks may not be prefixes (``holes``: numpy's boolean gather is then the
+    only right one) and whose ids may need 4 bytes (``wide``)."""
+    out = _random_instances(rng, n, paired)
+    if wide:
+        out["input_ids"][rng.integers(0, n), 0] = 70000
+    if holes:
+        row = int(rng.integers(0, n))
+        out["input_mask"][row, 1] = 0
+        out["masked_lm_weights"][row, 0] = 0.0
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans(), st.booleans(), st.booleans(), st.integers(1, 4))
+def test_the_accelerators_buffer_holds_what_numpy_gathers(seed, paired, holes, wide, chunks):
+    """InstanceBuffer's prefix copies (``_wire.prefix_counts``/``gather_prefixes``) equal numpy's
+    boolean gathers, over several adds (the columns grow past their capacity), for masks that are
+    not prefixes (the accelerator declines them) and ids over 65,535 (the column widens)."""
+
+    def fill():
+        rng = np.random.default_rng(seed)
+        buffer = InstanceBuffer(paired, capacity_tokens=50)
+        for _ in range(chunks):
+            n = int(rng.integers(1, 40))
+            buffer.add(_messy_instances(rng, n, paired, holes, wide), 0, n)
+        return {k: np.array(v) for k, v in buffer.take().items()}
+
+    compiled, reference = both_paths(fill)
+    same_arrays(compiled, reference)
+
+
+def test_prefix_counts_and_gather_prefixes_decline_what_they_cannot_copy():
+    native = _native_or_skip()._wire
+    counts = np.empty(2, np.int64)
+    assert native.prefix_counts(np.array([[1, 1, 0], [1, 0, 0]], np.int32).ravel(), 3, counts)
+    assert counts.tolist() == [2, 1]
+    assert not native.prefix_counts(np.array([[1, 0, 1], [1, 0, 0]], np.int32).ravel(), 3, counts)  # a hole
+    assert native.prefix_counts(np.array([[0.5, 0], [0, 0]], np.float32).ravel(), 2, counts) and counts.tolist() == [1, 0]
+    values = np.array([[7, 8, 9], [70000, 5, 6]], np.int32).ravel()
+    out16 = np.zeros(4, np.uint16)
+    assert native.gather_prefixes(values, 3, np.array([2, 0], np.int64), out16, 1) and out16.tolist() == [0, 7, 8, 0]
+    assert not native.gather_prefixes(values, 3, np.array([2, 1], np.int64), out16, 0)  # 70000 does not fit 2 bytes
+    assert not native.gather_prefixes(values, 3, np.array([3, 3], np.int64), out16, 0)  # past the out vector
+    assert not native.gather_prefixes(values, 3, np.array([4, 0], np.int64), np.zeros(9, np.int32), 0)  # past the row
+    out8 = np.zeros(3, np.int8)
+    assert not native.gather_prefixes(np.array([[300, 1, 1]], np.int32).ravel(), 3, np.array([1], np.int64), out8, 0)
+
+
+def test_the_accelerator_writes_every_entry_of_its_rows():
+    """pack_rows fills rows allocated uninitialised (np.empty), padding included: rows assembled
+    into outputs full of garbage equal numpy's zero-filled ones."""
+    import bert_data.packing as packing
+
+    _native_or_skip()
+    rng = np.random.default_rng(9)
+    buffer = InstanceBuffer(True)
+    buffer.add(_random_instances(rng, 50, True), 0, 50)
+    instances = {k: np.array(v) for k, v in buffer.take().items()}
+    params = PackingParams(SEQ, PRED, 3, True)
+    original_empty = np.empty
+
+    def garbage(shape, dtype=float):
+        out = original_empty(shape, dtype)
+        out.view(np.uint8)[...] = 0xA5
+        return out
+
+    packs = best_fill(instances["length"], instances["npred"], SEQ, params.prediction_budget, 3)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(packing.np, "empty", garbage)
+        compiled = assemble_rows(instances, packs, params)
+    reference = both_paths(lambda: assemble_rows(instances, packs, params))[1]
+    same_arrays(dict(sorted(compiled.items())), dict(sorted(reference.items())))
 
 
 def test_row_checks_catch_broken_rows():

@@ -1279,7 +1279,7 @@ static int any_vector(PyObject *obj, Py_buffer *view, int writable, char code1, 
  * (`ids` uint16 or int32 and int8 `segments` of all its tokens back to back, each instance's
  * `tok_start`, `lengths`, `npred`, `pred_start` (int64), its predictions' int32 `mlm_pos` (within
  * the instance) and `mlm_ids`, its int32 `labels`) and the rows' instances (`members`, int64, row
- * after row, `depths` instances each). Into zero-filled outputs: int32 (rows, L) input_ids,
+ * after row, `depths` instances each). Into outputs (every entry written, padding 0): int32 (rows, L) input_ids,
  * input_mask (the instance's place in its row, 1..k), positions (0 at each instance's first
  * token) and segment_ids; (rows, B) int32 masked_lm_positions (offsets into the row),
  * masked_lm_ids and float32 masked_lm_weights (the instance's place); (rows, K) int32
@@ -1346,11 +1346,10 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
             if (len < 0 || start < 0 || start + len > tokens || used + len > L || np_ < 0 || ps < 0 || ps + np_ > preds
                 || predicted + np_ > B) { ok = 0; break; }
             const Py_ssize_t off = r * L + used;
-            for (int64_t t = 0; t < len; t++) {
-                out_ids[off + t] = wide ? ids32[start + t] : (int32_t)ids16[start + t];
-                out_mask[off + t] = (int32_t)(s + 1);
-                out_pos[off + t] = (int32_t)t;
-            }
+            if (wide) memcpy(out_ids + off, ids32 + start, (size_t)len * 4);
+            else for (int64_t t = 0; t < len; t++) out_ids[off + t] = ids16[start + t];
+            for (int64_t t = 0; t < len; t++) out_mask[off + t] = (int32_t)(s + 1);
+            for (int64_t t = 0; t < len; t++) out_pos[off + t] = (int32_t)t;
             if (paired)
                 for (int64_t t = 0; t < len; t++) out_seg[off + t] = segments[start + t];
             const Py_ssize_t poff = r * B + predicted;
@@ -1367,6 +1366,22 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
             used += len;
             predicted += np_;
         }
+        if (!ok) break;
+        const size_t pad = (size_t)(L - used) * 4, off = (size_t)(r * L + used); /* the outputs may be uninitialised */
+        memset(out_ids + off, 0, pad);
+        memset(out_mask + off, 0, pad);
+        memset(out_pos + off, 0, pad);
+        if (paired) memset(out_seg + off, 0, pad);
+        const size_t ppad = (size_t)(B - predicted) * 4, poff = (size_t)(r * B + predicted);
+        memset(out_mpos + poff, 0, ppad);
+        memset(out_mids + poff, 0, ppad);
+        memset(out_mw + poff, 0, ppad); /* 0.0f is all zero bits */
+        if (paired) {
+            const size_t kpad = (size_t)(K - depth) * 4, koff = (size_t)(r * K + depth);
+            memset(out_npos + koff, 0, kpad);
+            memset(out_nlab + koff, 0, kpad);
+            memset(out_nw + koff, 0, kpad);
+        }
         next += depth;
     }
     if (ok && next != m) ok = 0;
@@ -1374,6 +1389,280 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
 done:
     for (int a = 0; a < 21; a++)
         if (got[a]) PyBuffer_Release(&v[a]);
+    return result;
+}
+
+/* prefix_counts(values, width, counts) -> bool: each row's number of nonzero entries into int64
+ * counts (n rows), from a C-contiguous int32 or float32 array of n rows of `width` (a batch's
+ * input_mask or masked_lm_weights). False (counts unspecified) when a row's nonzero entries are
+ * not its first ones: the caller then gathers with numpy's boolean masks, which need no prefix. */
+static PyObject *prefix_counts(PyObject *self, PyObject *args) {
+    PyObject *o[2];
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "OnO", &o[0], &width, &o[1])) return NULL;
+    Py_buffer v[2];
+    Py_ssize_t count[2];
+    if (!any_vector(o[0], &v[0], 0, 'i', 4, 'f', 4, &count[0], "prefix_counts")) return NULL;
+    if (!any_vector(o[1], &v[1], 1, 'q', 8, 0, 0, &count[1], "prefix_counts")) { PyBuffer_Release(&v[0]); return NULL; }
+    PyObject *result = NULL;
+    if (width < 1 || count[0] != count[1] * width) {
+        PyErr_SetString(PyExc_ValueError, "prefix_counts: values must hold len(counts) rows of width");
+        goto done;
+    }
+    const char *fmt = v[0].format ? v[0].format : "i";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    const int is_float = fmt[0] == 'f';
+    const int32_t *ints = v[0].buf;
+    const float *floats = v[0].buf;
+    int64_t *counts = v[1].buf;
+    int ok = 1;
+    for (Py_ssize_t r = 0; r < count[1] && ok; r++) {
+        Py_ssize_t j = 0, off = r * width;
+        if (is_float) {
+            while (j < width && floats[off + j] != 0.0f) j++;
+            for (Py_ssize_t t = j; t < width; t++) ok &= floats[off + t] == 0.0f;
+        } else {
+            while (j < width && ints[off + j] != 0) j++;
+            for (Py_ssize_t t = j; t < width; t++) ok &= ints[off + t] == 0;
+        }
+        counts[r] = j;
+    }
+    result = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&v[0]);
+    PyBuffer_Release(&v[1]);
+    return result;
+}
+
+/* gather_prefixes(values, width, counts, out, at) -> bool: the first counts[r] int32 entries of
+ * each row r of `values` (C-contiguous, len(counts) rows of `width`), back to back into the
+ * vector `out` (uint16, int8 or int32) from index `at`. False (out unspecified from `at` on) when
+ * a count is outside 0..width, they overflow `out`, or a value does not fit its type (ids of a
+ * vocabulary over 65,536 into uint16): the caller widens or runs numpy. */
+static PyObject *gather_prefixes(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    Py_ssize_t width, at;
+    if (!PyArg_ParseTuple(args, "OnOOn", &o[0], &width, &o[1], &o[2], &at)) return NULL;
+    Py_buffer v[3];
+    Py_ssize_t count[3];
+    int got = 0;
+    PyObject *result = NULL;
+    if (!any_vector(o[0], &v[0], 0, 'i', 4, 0, 0, &count[0], "gather_prefixes")) goto done;
+    got = 1;
+    if (!any_vector(o[1], &v[1], 0, 'q', 8, 0, 0, &count[1], "gather_prefixes")) goto done;
+    got = 2;
+    if (PyObject_GetBuffer(o[2], &v[2], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    got = 3;
+    const char *fmt = v[2].format ? v[2].format : "B";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    const char code = fmt[1] ? 0 : fmt[0];
+    if (!((code == 'H' && v[2].itemsize == 2) || (code == 'b' && v[2].itemsize == 1) || (code == 'i' && v[2].itemsize == 4))) {
+        PyErr_SetString(PyExc_TypeError, "gather_prefixes: out must be a uint16, int8 or int32 vector");
+        goto done;
+    }
+    if (width < 1 || count[0] != count[1] * width || at < 0) {
+        PyErr_SetString(PyExc_ValueError, "gather_prefixes: values must hold len(counts) rows of width, at >= 0");
+        goto done;
+    }
+    const int32_t *values = v[0].buf;
+    const int64_t *counts = v[1].buf;
+    const Py_ssize_t capacity = v[2].len / v[2].itemsize;
+    int ok = 1;
+    Py_ssize_t next = at;
+    for (Py_ssize_t r = 0; r < count[1] && ok; r++) {
+        const int64_t c = counts[r];
+        if (c < 0 || c > width || next + c > capacity) { ok = 0; break; }
+        const int32_t *row = values + r * width;
+        if (code == 'i') {
+            memcpy((int32_t *)v[2].buf + next, row, (size_t)c * 4);
+        } else if (code == 'H') { /* two simple loops: both vectorise */
+            uint16_t *dst = (uint16_t *)v[2].buf + next;
+            uint32_t bits = 0;
+            for (int64_t t = 0; t < c; t++) bits |= (uint32_t)row[t];
+            for (int64_t t = 0; t < c; t++) dst[t] = (uint16_t)row[t];
+            ok = bits <= 0xFFFFu;
+        } else {
+            int8_t *dst = (int8_t *)v[2].buf + next;
+            int32_t low = 0, high = 0;
+            for (int64_t t = 0; t < c; t++) { low = row[t] < low ? row[t] : low; high = row[t] > high ? row[t] : high; }
+            for (int64_t t = 0; t < c; t++) dst[t] = (int8_t)row[t];
+            ok = low >= -128 && high <= 127;
+        }
+        next += c;
+    }
+    result = PyBool_FromLong(ok);
+done:
+    if (got >= 1) PyBuffer_Release(&v[0]);
+    if (got >= 2) PyBuffer_Release(&v[1]);
+    if (got >= 3) PyBuffer_Release(&v[2]);
+    return result;
+}
+
+/* ---------------------------------------------------------------- best_fill (--packing) */
+
+/* bert_data.packing.best_fill, step for step (its docstring says what and why; the Python is the
+ * reference, and tests hold the two to the same packs). The instances left, by length: `order`
+ * holds each length's stack (lowest index and fewest predictions on top, as _Histogram sorts
+ * them) from bounds[len], count[len] of them left; `present` the lengths left, ascending. */
+typedef struct {
+    const int64_t *pred;
+    int64_t *order, *bounds, *count, *present;
+    Py_ssize_t npresent;
+} Hist;
+
+static Py_ssize_t bisect_r(const int64_t *a, Py_ssize_t lo, Py_ssize_t hi, int64_t x) {
+    while (lo < hi) { Py_ssize_t mid = (lo + hi) / 2; if (x < a[mid]) hi = mid; else lo = mid + 1; }
+    return lo;
+}
+
+static Py_ssize_t bisect_l(const int64_t *a, Py_ssize_t lo, Py_ssize_t hi, int64_t x) {
+    while (lo < hi) { Py_ssize_t mid = (lo + hi) / 2; if (a[mid] < x) lo = mid + 1; else hi = mid; }
+    return lo;
+}
+
+static int64_t h_take(Hist *h, int64_t length) {
+    int64_t index = h->order[h->bounds[length] + --h->count[length]];
+    if (!h->count[length]) {
+        Py_ssize_t j = bisect_l(h->present, 0, h->npresent, length);
+        memmove(h->present + j, h->present + j + 1, (size_t)(h->npresent - j - 1) * sizeof(int64_t));
+        h->npresent--;
+    }
+    return index;
+}
+
+static int64_t h_fewest(const Hist *h, int64_t length, int nth) { return h->pred[h->order[h->bounds[length] + h->count[length] - nth]]; }
+
+static int64_t h_longest_fitting(const Hist *h, int64_t free_tokens, int64_t free_preds) {
+    for (Py_ssize_t j = bisect_r(h->present, 0, h->npresent, free_tokens) - 1; j >= 0; j--)
+        if (h_fewest(h, h->present[j], 1) <= free_preds) return h->present[j];
+    return 0;
+}
+
+static int64_t h_partner(const Hist *h, int64_t longer, int64_t free_tokens, int64_t free_preds) {
+    int64_t limit = free_tokens - longer < longer ? free_tokens - longer : longer;
+    for (Py_ssize_t j = bisect_r(h->present, 0, h->npresent, limit) - 1; j >= 0; j--) {
+        const int64_t partner = h->present[j];
+        const int nth = partner == longer ? 2 : 1;
+        if (h->count[partner] >= nth && h_fewest(h, longer, 1) + h_fewest(h, partner, nth) <= free_preds) return partner;
+    }
+    return 0;
+}
+
+/* _Histogram.best_fill: the lengths into fill[0..] (0, 1 or 2 of them; their number returned) */
+static int h_best_fill(const Hist *h, int64_t free_tokens, int64_t free_preds, int64_t slots, int64_t *fill) {
+    const int64_t *present = h->present;
+    const Py_ssize_t top = bisect_r(present, 0, h->npresent, free_tokens);
+    int64_t key0 = 0, key1 = 0;
+    int n = 0;
+    for (Py_ssize_t j = top - 1; j >= 0; j--)
+        if (h_fewest(h, present[j], 1) <= free_preds) { key0 = present[j]; key1 = -present[j]; fill[0] = present[j]; n = 1; break; }
+    if (slots < 2 || (slots > 2 && key0 == free_tokens) || !top) return n;
+    const Py_ssize_t upper = bisect_r(present, 0, top, free_tokens - present[0]);
+    const Py_ssize_t half = bisect_l(present, 0, upper, (free_tokens + 1) / 2);
+    for (Py_ssize_t j = half; j < upper; j++) {
+        const int64_t longer = present[j], partner = free_tokens - longer;
+        const int nth = partner == longer ? 2 : 1;
+        if (h->count[partner] >= nth && h_fewest(h, longer, 1) + h_fewest(h, partner, nth) <= free_preds) {
+            fill[0] = longer; fill[1] = partner;
+            return 2;
+        }
+    }
+    for (Py_ssize_t j = half; j < upper; j++) {
+        const int64_t longer = present[j], partner = h_partner(h, longer, free_tokens, free_preds);
+        if (partner && (longer + partner > key0 || (longer + partner == key0 && -longer > key1))) {
+            key0 = longer + partner; key1 = -longer; fill[0] = longer; fill[1] = partner; n = 2;
+        }
+    }
+    for (Py_ssize_t j = half - 1; j >= 0; j--) {
+        const int64_t longer = present[j];
+        if (2 * longer < key0) break;
+        const int64_t partner = h_partner(h, longer, free_tokens, free_preds);
+        if (partner && (longer + partner > key0 || (longer + partner == key0 && -longer > key1))) {
+            key0 = longer + partner; key1 = -longer; fill[0] = longer; fill[1] = partner; n = 2;
+        }
+    }
+    return n;
+}
+
+/* best_fill(lengths, predictions, order, max_length, budget, K, members, depths) -> rows: the
+ * packs of bert_data.packing.best_fill as int64 `members` (n, the packs' instances back to back)
+ * and `depths` (one per pack; their number returned). `order` (int64, n) is _Histogram's sort:
+ * by length, then most predictions first, then highest index first. ValueError when a length is
+ * outside 1..max_length or `order` is not such a sort (the caller checked both). */
+static PyObject *best_fill_c(PyObject *self, PyObject *args) {
+    PyObject *o[5];
+    Py_ssize_t max_length, budget, K;
+    if (!PyArg_ParseTuple(args, "OOOnnnOO", &o[0], &o[1], &o[2], &max_length, &budget, &K, &o[3], &o[4])) return NULL;
+    Py_buffer v[5];
+    Py_ssize_t count[5];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *mem = NULL;
+    for (; got < 5; got++)
+        if (!any_vector(o[got], &v[got], got >= 3, 'q', 8, 0, 0, &count[got], "best_fill")) goto done;
+    const Py_ssize_t n = count[0];
+    if (count[1] != n || count[2] != n || count[3] != n || count[4] != n || max_length < 1 || K < 1) {
+        PyErr_SetString(PyExc_ValueError, "best_fill: n lengths, predictions, order, members and depths; max_length, K >= 1");
+        goto done;
+    }
+    const int64_t *lengths = v[0].buf;
+    Hist h = {v[1].buf, v[2].buf, NULL, NULL, NULL, 0};
+    mem = PyMem_Calloc((size_t)(3 * (max_length + 2)), sizeof(int64_t));
+    if (!mem) { PyErr_NoMemory(); goto done; }
+    h.bounds = mem; h.count = mem + max_length + 2; h.present = mem + 2 * (max_length + 2);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (lengths[i] < 1 || lengths[i] > max_length) { PyErr_SetString(PyExc_ValueError, "best_fill: a length outside 1..max_length"); goto done; }
+        h.count[lengths[i]]++;
+    }
+    for (int64_t len = 1, at = 0; len <= max_length; len++) {
+        h.bounds[len] = at;
+        at += h.count[len];
+        if (h.count[len]) h.present[h.npresent++] = len;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* order must list each length's instances within its bounds */
+        const int64_t at = h.order[i];
+        if (at < 0 || at >= n || i < h.bounds[lengths[at]] || i >= h.bounds[lengths[at]] + h.count[lengths[at]]) {
+            PyErr_SetString(PyExc_ValueError, "best_fill: order is not sorted by length");
+            goto done;
+        }
+    }
+    int64_t *members = v[3].buf, *depths = v[4].buf;
+    Py_ssize_t placed = 0, rows = 0;
+    for (int64_t length = max_length; length >= 1; length--) {
+        while (h.count[length]) {
+            int64_t free_tokens = max_length - length;
+            if (K == 1 || free_tokens < h.present[0]) { /* nothing left is short enough: one row each */
+                while (h.count[length]) { members[placed++] = h_take(&h, length); depths[rows++] = 1; }
+                break;
+            }
+            const int64_t first = h_take(&h, length);
+            members[placed++] = first;
+            int64_t depth = 1, free_preds = budget - h.pred[first], fill[2];
+            while (free_tokens && depth < K) {
+                const int64_t slots = K - depth;
+                int nfill = h_best_fill(&h, free_tokens, free_preds, slots, fill);
+                if (!nfill) break;
+                if (slots > 2 && (nfill == 1 ? fill[0] : fill[0] + fill[1]) < free_tokens) {
+                    fill[0] = h_longest_fitting(&h, free_tokens, free_preds);
+                    nfill = fill[0] ? 1 : 0;
+                    if (!nfill) break;
+                }
+                for (int f = 0; f < nfill; f++) {
+                    const int64_t index = h_take(&h, fill[f]);
+                    members[placed++] = index;
+                    depth++;
+                    free_tokens -= fill[f];
+                    free_preds -= h.pred[index];
+                }
+                if (slots <= 2 || !free_tokens) break;
+            }
+            depths[rows++] = depth;
+        }
+    }
+    result = PyLong_FromSsize_t(rows);
+done:
+    PyMem_Free(mem);
+    for (int a = 0; a < got; a++) PyBuffer_Release(&v[a]);
     return result;
 }
 
@@ -1798,6 +2087,9 @@ static PyMethodDef methods[] = {
      "(L, B, K, ids, segments, tok_start, lengths, npred, pred_start, mlm_pos, mlm_ids, labels, members, depths, "
      "input_ids, input_mask, positions, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
      "next_sentence_positions, next_sentence_labels, next_sentence_weights) -> ok"},
+    {"prefix_counts", prefix_counts, METH_VARARGS, "(values, width, counts) -> ok: each row's leading nonzero count"},
+    {"gather_prefixes", gather_prefixes, METH_VARARGS, "(values, width, counts, out, at) -> ok: rows' prefixes back to back"},
+    {"best_fill", best_fill_c, METH_VARARGS, "(lengths, predictions, order, max_length, budget, K, members, depths) -> rows"},
     {"plan_pairs", plan_pairs, METH_VARARGS,
      "(state, sop, max_num_tokens, short_seq_prob, min_short_seq_length, off, doc_starts, neg_off, neg_starts, base, "
      "excl_starts, excl, a_lo, a_hi, b_lo, b_hi, labels) -> None or (state, n, negatives_unavailable, random_next, "
@@ -1819,7 +2111,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 5) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 6) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -52,36 +52,12 @@ __all__ = [
     "Accumulator",
     "FileResult",
     "Progress",
-    "keep_freed_memory",
     "read_file",
 ]
 
 MAX_REASONS = 10  # bad records quoted in the report (all are counted)
 
 Progress = Callable[[int, int], None]  # (records, file bytes) read since the last call
-
-
-_HEAP_PAD = 256 << 20
-_heap_kept = False
-
-
-def keep_freed_memory() -> None:
-    """Ask glibc to keep up to 256 MB of freed heap instead of returning it to the system.
-
-    Decoding and checking a batch makes a few dozen numpy temporaries of a few MB each; by
-    default glibc hands each one back to the kernel when it is freed (mmap threshold, heap trim),
-    so the next batch page-faults all of it in again: measured at over half the time of
-    ``--stats``. Once per process; a no-op where ``mallopt`` is not glibc's."""
-    global _heap_kept
-    if _heap_kept:
-        return
-    _heap_kept = True
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).mallopt(-2, _HEAP_PAD)  # M_TOP_PAD
-    except (AttributeError, OSError, TypeError):  # pragma: no cover - not glibc
-        pass
 
 
 def _grow_add(hist: np.ndarray, counts: np.ndarray) -> np.ndarray:

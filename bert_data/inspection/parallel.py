@@ -32,7 +32,8 @@ from ..format.example_wire import parse_example
 from ..format.tfrecord import iter_records
 from . import InspectError
 from .inputs import Group, VocabInfo, load_vocab_info
-from .file_stats import FileResult, Progress, keep_freed_memory, read_file
+from ..memory import keep_freed_memory
+from .file_stats import FileResult, Progress, read_file
 
 __all__ = ["MIN_BYTES_PER_WORKER", "worker_count", "read_files_in_parallel"]
 

@@ -26,7 +26,8 @@ from ..expectations import data_warnings
 from ..format.checks import is_masked
 from ..format.manifest import verify_manifest
 from ..format.packed import instance_layout, is_packed
-from .file_stats import Accumulator, FileResult, Progress, keep_freed_memory, read_file
+from ..memory import keep_freed_memory
+from .file_stats import Accumulator, FileResult, Progress, read_file
 from .inputs import Group, Groups, InputFile, VocabInfo, vocab_differs
 from .parallel import read_files_in_parallel, worker_count
 

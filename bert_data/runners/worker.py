@@ -26,6 +26,7 @@ from .. import storage
 from ..errors import BertDataError, MetadataError
 from ..format.containers import container_of
 from ..group import Resources, StageClock, group_batches
+from ..memory import keep_freed_memory
 from ..metadata import DocumentSource, WorkItem
 from ..output.fragment import COPY_CHUNK, FragmentWriter, Segment, publish_fragment
 from ..output.naming import fragment_name
@@ -48,6 +49,7 @@ class GroupResult:
 def write_group(group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str) -> GroupResult:
     """The group's batches into ``work_dir/fragments/gNNNNNNNNN.frag`` (a local directory)."""
     config = resources.config
+    keep_freed_memory()  # a batch's arrays are reused, not page-faulted in again (bert_data.memory)
     stats: Counter = Counter()
     seconds: Counter = Counter()
     clock = StageClock(seconds)
