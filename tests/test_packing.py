@@ -495,7 +495,7 @@ def _bytes(out: Path) -> Dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.glob("*.tfrecords"))}
 
 
-@pytest.mark.parametrize("objective", ["nsp", "mlm"])
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_same_bytes_for_any_worker_count_and_after_resume(corpus, tmp_path, objective):
     extra = OBJECTIVES[objective][0]
     reference = tmp_path / "w1"

@@ -18,7 +18,7 @@ import sys
 
 from typing import Callable
 
-from ..errors import NOTHING_WRITTEN, Terminated, raise_on_sigterm
+from ..errors import Terminated, raise_on_sigterm
 
 OUT_OF_MEMORY_EXIT = 3
 
@@ -43,7 +43,7 @@ def guard_standard_fds() -> None:
 def guarded(prog: str, body: Callable[[], int], then: str = "run the same command again") -> int:
     """Every tool's ``main``: standard descriptors guarded, stop signals raising from now on, and
     a stop that comes before the tool's own handlers (nothing began) said in one line ending with
-    ``then`` (:data:`NOTHING_WRITTEN` for the tools that write output)."""
+    ``then`` (:data:`bert_data.errors.NOTHING_WRITTEN` for the tools that write output)."""
     guard_standard_fds()
     try:
         raise_on_sigterm()  # SIGTERM, SIGHUP, SIGXCPU; a file-size limit (SIGXFSZ) becomes an OSError
