@@ -15,6 +15,8 @@ Randomness comes only from the generator passed in, which callers derive from
 ``_wire.choose_rows``, which draws the keys itself from that generator exactly as
 ``rng.random((n, L))`` would (a PCG64 stepped inline, any other BitGenerator through its
 capsule) and leaves it in the same state; the numpy path below stays the reference and fallback.
+Whole-word masking's rows are ``_wire.mask_words``: the Python rows' draws (a permutation of the
+words, the coins, the random ids) from the BitGenerator's own functions, in the same order.
 """
 
 from __future__ import annotations
@@ -173,9 +175,31 @@ def _features(arrays, input_ids, positions, original, weights, p) -> Dict[str, n
 _MASKING_INPUTS = ("candidates", "real_length")  # consumed here, never written
 
 
+def _mask_words_native(input_ids, candidates, is_continuation, k_all, rng, params, positions, original, used) -> bool:
+    """:func:`_mask_whole_words`' rows by ``_wire.mask_words``; False, having drawn nothing,
+    without the accelerator, for a generator without a BitGenerator capsule or inputs it does
+    not take (the Python rows then run)."""
+    native = wire()
+    bit_generator = getattr(rng, "bit_generator", None)
+    if native is None or not hasattr(bit_generator, "capsule") or candidates.dtype != np.bool_:
+        return False
+    table = np.ascontiguousarray(is_continuation)
+    if table.dtype not in (np.bool_, np.uint8) or table.ndim != 1:
+        return False
+    n, length = input_ids.shape
+    k = np.ascontiguousarray(k_all, dtype=np.int64)
+    with bit_generator.lock:  # as Generator's methods hold it while they draw
+        return bool(native.mask_words(n, length, positions.shape[1], input_ids, np.ascontiguousarray(candidates), table,
+                                      k, bit_generator.capsule, params.vocab_size, params.mask_id, positions, original,
+                                      used))
+
+
 def _mask_whole_words(arrays, params, rng, is_continuation) -> Dict[str, np.ndarray]:
-    """Whole-word masking, one row at a time (the greedy "skip words that do not fit" rule)."""
-    input_ids = arrays["input_ids"].copy()
+    """Whole-word masking, one row at a time (the greedy "skip words that do not fit" rule):
+    ``_wire.mask_words`` when the accelerator is built and ``rng`` has a BitGenerator capsule
+    (the same draws, in the same order, from numpy's own bit generator functions), else the
+    Python rows below, which are the reference."""
+    input_ids = np.array(arrays["input_ids"], dtype=np.int32, order="C")  # a copy: masked in place
     candidates = arrays["candidates"]
     n, length = input_ids.shape
     p = params.max_predictions_per_seq
@@ -183,6 +207,8 @@ def _mask_whole_words(arrays, params, rng, is_continuation) -> Dict[str, np.ndar
     positions = np.zeros((n, p), dtype=np.int64)
     original = np.zeros((n, p), dtype=np.int64)
     used = np.zeros((n, p), dtype=bool)
+    if _mask_words_native(input_ids, candidates, is_continuation, k_all, rng, params, positions, original, used):
+        return _features(arrays, input_ids, positions, original, used.astype(np.float32), p)
     for row in range(n):
         ids_row = input_ids[row]
         words: List[List[int]] = []

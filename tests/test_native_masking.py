@@ -341,3 +341,74 @@ def test_replace_rows_refuses_bad_arguments(wire, bad):
         wire.replace_rows(*args)
     assert not args[5].any()  # nothing written
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole-word masking (``_wire.mask_words``): the Python rows of masking._mask_whole_words are the
+# reference; the C rows draw permutation, random and integers from numpy's own bit generator
+# functions, so arrays and the generator's state must match exactly, for every BitGenerator,
+# with a 32-bit half kept back or not, and vocabularies at both branches of numpy's bounded draw
+# that a vocabulary can reach (1: no draw; 2 to 2**31 - 1: Lemire's, its rejections included).
+# ---------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(masking_batches(), st.integers(0, 2**64 - 1), st.sampled_from(BIT_GENERATORS), st.integers(0, 3),
+       st.sampled_from([1, 2, 201, 30522, 2**31 - 1]), st.integers(0, 2**20))
+def test_whole_word_masking_c_and_python_give_the_same_arrays_and_state(batch, seed, bit_generator, burnt, vocab,
+                                                                          continuation_bits):
+    arrays, params = batch
+    params = MaskingParams(params.masked_lm_prob, params.max_predictions_per_seq, True, vocab, params.mask_id)
+    table = np.array([(continuation_bits >> (i % 21)) & 1 for i in range(201)], np.bool_)  # '##' ids, some of them
+    given_ids = arrays["input_ids"].copy()
+    calls = []
+
+    def run():
+        rng = np.random.Generator(bit_generator(seed))
+        rng.random(burnt)
+        rng.integers(0, 201, burnt)  # a 32-bit half kept back (PCG64's has_uint32) or not
+        first = mask_batch(arrays, params, rng, table)
+        return first, mask_batch(arrays, params, rng, table), rng.bit_generator.state
+
+    with pytest.MonkeyPatch.context() as patch:
+        require_wire()
+        real = native.wire()
+
+        def mask_words(*args):
+            calls.append(real.mask_words(*args))
+            return calls[-1]
+
+        recorded = {name: getattr(real, name) for name in dir(real) if not name.startswith("__")}
+        patch.setattr(native, "_wire", SimpleNamespace(**{**recorded, "mask_words": mask_words}))
+        with_c = run()
+    assert calls == [True, True], "the C path is the one taken"
+    with_python = both(run)[1]
+    same_arrays(with_c[0], with_python[0])
+    same_arrays(with_c[1], with_python[1])
+    assert same_state(with_c[2], with_python[2])
+    np.testing.assert_array_equal(arrays["input_ids"], given_ids)  # a copy is masked, not the caller's
+
+
+def test_mask_words_declines_before_drawing_what_python_must_decide(wire):
+    """An id at a candidate outside the ## table, or a k above p: False, the generator untouched
+    (Python then runs and says what is wrong)."""
+    rng = np.random.Generator(np.random.PCG64(3))
+    before = rng.bit_generator.state
+    ids = np.array([[2, 500, 7, 3]], np.int32)
+    candidates = np.array([[False, True, True, False]])
+    table = np.zeros(100, np.bool_)
+    out = [np.zeros((1, 2), np.int64), np.zeros((1, 2), np.int64), np.zeros((1, 2), np.bool_)]
+    with rng.bit_generator.lock:
+        assert not wire.mask_words(1, 4, 2, ids, candidates, table, np.array([1], np.int64), rng.bit_generator.capsule,
+                                   30522, 103, *out)  # id 500 outside the table
+        ids[0, 1] = 50
+        assert not wire.mask_words(1, 4, 2, ids, candidates, table, np.array([3], np.int64), rng.bit_generator.capsule,
+                                   30522, 103, *out)  # k above p
+        assert not wire.mask_words(1, 4, 2, ids, candidates, table, np.array([1], np.int64), rng.bit_generator.capsule,
+                                   0, 103, *out)  # no vocabulary
+        assert not wire.mask_words(1, 4, 2, ids, candidates, table, np.array([1], np.int64), rng.bit_generator.capsule,
+                                   2**31 + 1, 103, *out)  # a random id would not fit int32
+    assert same_state(rng.bit_generator.state, before)
+    with pytest.raises(TypeError):
+        wire.mask_words(1, 4, 2, ids.astype(np.int64), candidates, table, np.array([1], np.int64),
+                        rng.bit_generator.capsule, 30522, 103, *out)

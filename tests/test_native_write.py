@@ -254,6 +254,8 @@ LAYOUT_FLAGS = {
     "unmasked_ids": {"mlm_only": True, "disable_masking": True},
     "packed_nsp": {"packing": True},
     "packed_mlm_only": {"mlm_only": True, "packing": True},
+    "sop_whole_word": {"sentence_order_prediction": True, "mask_whole_word": True},
+    "packed_mlm_only_whole_word": {"mlm_only": True, "packing": True, "mask_whole_word": True},
 }
 
 

@@ -1253,6 +1253,165 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- whole-word masking (--mask_whole_word) */
+
+static int any_vector(PyObject *obj, Py_buffer *view, int writable, char code1, Py_ssize_t item1, char code2,
+                      Py_ssize_t item2, Py_ssize_t *count, const char *what); /* below, with the packed rows */
+
+/* numpy's random_interval (distributions.c): uniform on [0, max] by masked rejection, 32-bit draws
+ * below 2**32; what Generator.shuffle and permutation draw for each swap. */
+static uint64_t np_interval(const BitGen *g, uint64_t max) {
+    if (max == 0) return 0;
+    uint64_t mask = max, value;
+    mask |= mask >> 1; mask |= mask >> 2; mask |= mask >> 4; mask |= mask >> 8; mask |= mask >> 16; mask |= mask >> 32;
+    if (max <= 0xffffffffULL) {
+        while ((value = (g->next_uint32(g->state) & mask)) > max) ;
+    } else {
+        while ((value = (g->next_uint64(g->state) & mask)) > max) ;
+    }
+    return value;
+}
+
+/* numpy's random_bounded_uint64_fill for a range under 2**32, unmasked (Generator.integers'
+ * default): Lemire's multiply-and-reject on 32-bit draws; rng = high - low - 1. */
+static uint64_t np_bounded32(const BitGen *g, uint32_t rng) {
+    if (rng == 0) return 0;
+    if (rng == 0xFFFFFFFFu) return g->next_uint32(g->state);
+    const uint32_t rng_excl = rng + 1;
+    uint64_t m = (uint64_t)g->next_uint32(g->state) * rng_excl;
+    uint32_t leftover = (uint32_t)(m & 0xFFFFFFFFu);
+    if (leftover < rng_excl) {
+        const uint32_t threshold = (UINT32_MAX - rng) % rng_excl;
+        while (leftover < threshold) {
+            m = (uint64_t)g->next_uint32(g->state) * rng_excl;
+            leftover = (uint32_t)(m & 0xFFFFFFFFu);
+        }
+    }
+    return m >> 32;
+}
+
+/* One row of bert_data.masking._mask_whole_words, its draws in its order: permutation(words),
+ * then (when a word was chosen) random(chosen words) and integers(0, vocab_size, picked). The
+ * scratch holds L entries per array: a row's words (first position, length), their order, the
+ * positions picked, each one's 80/10/10 outcome and new id, the coins. */
+typedef struct {
+    int64_t *start, *len, *order, *picked, *kind, *value;
+    double *coin;
+} WordScratch;
+
+static void mask_words_row(const BitGen *g, int32_t *ids, const uint8_t *cand, const uint8_t *cont, Py_ssize_t L,
+                           int64_t budget, int64_t vocab_size, int64_t mask_id, WordScratch *s, int64_t *pos_out,
+                           int64_t *orig_out, uint8_t *used_out) {
+    Py_ssize_t nwords = 0, prev = -2;
+    for (Py_ssize_t j = 0; j < L; j++) {
+        if (!cand[j]) continue;
+        if (nwords && prev == j - 1 && cont[ids[j]]) s->len[nwords - 1]++;
+        else { s->start[nwords] = j; s->len[nwords] = 1; nwords++; }
+        prev = j;
+    }
+    for (Py_ssize_t w = 0; w < nwords; w++) s->order[w] = w;
+    for (Py_ssize_t i = nwords - 1; i >= 1; i--) { /* Generator.permutation: shuffle(arange(nwords)) */
+        const uint64_t j = np_interval(g, (uint64_t)i);
+        const int64_t t = s->order[i]; s->order[i] = s->order[j]; s->order[j] = t;
+    }
+    int64_t npicked = 0, nchosen = 0;
+    for (Py_ssize_t o = 0; o < nwords; o++) { /* greedy: a word that does not fit the budget is skipped */
+        if (npicked >= budget) break;
+        const int64_t w = s->order[o];
+        if (npicked + s->len[w] > budget) continue;
+        s->order[nchosen++] = w; /* the chosen words in order (nchosen <= o: nothing unread is overwritten) */
+        for (int64_t t = 0; t < s->len[w]; t++) s->picked[npicked++] = s->start[w] + t;
+    }
+    if (!nchosen) return;
+    for (int64_t c = 0; c < nchosen; c++) s->coin[c] = g->next_double(g->state);
+    for (int64_t c = 0, at = 0; c < nchosen; c++) {
+        const int64_t kind = s->coin[c] < 0.8 ? 0 : s->coin[c] < 0.9 ? 1 : 2;
+        for (int64_t t = 0; t < s->len[s->order[c]]; t++) s->kind[at++] = kind;
+    }
+    for (int64_t r = 0; r < npicked; r++) { /* the random ids are drawn for every picked position */
+        const int64_t random_id = (int64_t)np_bounded32(g, (uint32_t)(vocab_size - 1));
+        const int64_t p = s->picked[r];
+        s->value[r] = s->kind[r] == 0 ? mask_id : s->kind[r] == 1 ? (int64_t)ids[p] : random_id;
+    }
+    for (int64_t a = 1; a < npicked; a++) { /* by position (insertion sort: at most p of them) */
+        const int64_t p = s->picked[a], v = s->value[a];
+        int64_t b = a - 1;
+        while (b >= 0 && s->picked[b] > p) { s->picked[b + 1] = s->picked[b]; s->value[b + 1] = s->value[b]; b--; }
+        s->picked[b + 1] = p;
+        s->value[b + 1] = v;
+    }
+    for (int64_t a = 0; a < npicked; a++) {
+        pos_out[a] = s->picked[a];
+        orig_out[a] = ids[s->picked[a]];
+        used_out[a] = 1;
+    }
+    for (int64_t a = 0; a < npicked; a++) ids[s->picked[a]] = (int32_t)s->value[a];
+}
+
+/* mask_words(n, L, p, input_ids, candidates, is_continuation, k, capsule, vocab_size, mask_id,
+ * positions, original, used) -> bool: bert_data.masking._mask_whole_words for every row, drawing
+ * from the numpy BitGenerator behind `capsule` (its next_uint32 and next_double: numpy's own, so
+ * its buffered 32-bit half is honoured) exactly as the Python rows draw from the Generator. Into
+ * int32 (n, L) input_ids (masked in place) and zero-filled int64 (n, p) positions, original and
+ * bool (n, p) used. False, before any draw, when a candidate's id is outside the is_continuation
+ * table (uint8 or bool), a k outside 0..min(p, L) or vocab_size outside 1..2**31: the caller runs
+ * Python. The caller holds the BitGenerator's lock. */
+static PyObject *mask_words(PyObject *self, PyObject *args) {
+    Py_ssize_t n, L, p;
+    long long vocab_size, mask_id;
+    PyObject *o[8];
+    if (!PyArg_ParseTuple(args, "nnnOOOOOLLOOO", &n, &L, &p, &o[0], &o[1], &o[2], &o[3], &o[4], &vocab_size, &mask_id,
+                          &o[5], &o[6], &o[7]))
+        return NULL;
+    if (n < 0 || L < 1 || p < 0) { PyErr_SetString(PyExc_ValueError, "mask_words: n >= 0, L >= 1, p >= 0"); return NULL; }
+    Py_buffer v[7];
+    int nv = 0;
+    PyObject *result = NULL;
+    void *mem = NULL;
+    Py_ssize_t table = 0;
+    if (!typed_buffer(o[0], &v[0], 1, n * L, 4, 'i', "mask_words")) goto done;
+    nv++;
+    if (!typed_buffer(o[1], &v[1], 0, n * L, 1, '?', "mask_words")) goto done;
+    nv++;
+    if (!any_vector(o[2], &v[2], 0, '?', 1, 'B', 1, &table, "mask_words")) goto done;
+    nv++;
+    if (!typed_buffer(o[3], &v[3], 0, n, 8, 'q', "mask_words")) goto done;
+    nv++;
+    if (!typed_buffer(o[5], &v[4], 1, n * p, 8, 'q', "mask_words")) goto done;
+    nv++;
+    if (!typed_buffer(o[6], &v[5], 1, n * p, 8, 'q', "mask_words")) goto done;
+    nv++;
+    if (!typed_buffer(o[7], &v[6], 1, n * p, 1, '?', "mask_words")) goto done;
+    nv++;
+    const BitGen *g = PyCapsule_GetPointer(o[4], "BitGenerator");
+    if (!g) goto done;
+    int32_t *ids = v[0].buf;
+    const uint8_t *cand = v[1].buf, *cont = v[2].buf;
+    const int64_t *k = v[3].buf;
+    int ok = vocab_size >= 1 && vocab_size <= 2147483648LL; /* a random id fits int32 */
+    for (Py_ssize_t r = 0; r < n && ok; r++) {
+        ok = k[r] >= 0 && k[r] <= p && k[r] <= L;
+        for (Py_ssize_t j = 0; j < L && ok; j++)
+            if (cand[r * L + j]) ok = ids[r * L + j] >= 0 && ids[r * L + j] < table;
+    }
+    if (ok) {
+        mem = PyMem_Malloc((size_t)L * (6 * sizeof(int64_t) + sizeof(double)));
+        if (!mem) { PyErr_NoMemory(); goto done; }
+        int64_t *m = mem;
+        WordScratch s = {m, m + L, m + 2 * L, m + 3 * L, m + 4 * L, m + 5 * L, (double *)(m + 6 * L)};
+        int64_t *pos = v[4].buf, *orig = v[5].buf;
+        uint8_t *used = v[6].buf;
+        for (Py_ssize_t r = 0; r < n; r++)
+            mask_words_row(g, ids + r * L, cand + r * L, cont, L, k[r], vocab_size, mask_id, &s, pos + r * p,
+                           orig + r * p, used + r * p);
+    }
+    result = PyBool_FromLong(ok);
+done:
+    PyMem_Free(mem);
+    release_all(v, nv);
+    return result;
+}
+
 /* ---------------------------------------------------------------- packed rows (--packing) */
 
 /* A vector argument: C-contiguous, of one of the two formats asked (code2 0: one), any length
@@ -2083,6 +2242,9 @@ static PyMethodDef methods[] = {
      "(False: a tie)"},
     {"replace_rows", replace_rows, METH_VARARGS,
      "(n, L, width, p, mask_id, input_ids, k, coin, random_ids, positions, original, weights) -> None"},
+    {"mask_words", mask_words, METH_VARARGS,
+     "(n, L, p, input_ids, candidates, is_continuation, k, capsule, vocab_size, mask_id, positions, original, used) "
+     "-> ok"},
     {"pack_rows", pack_rows, METH_VARARGS,
      "(L, B, K, ids, segments, tok_start, lengths, npred, pred_start, mlm_pos, mlm_ids, labels, members, depths, "
      "input_ids, input_mask, positions, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
@@ -2111,7 +2273,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 6) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 7) < 0) {
         Py_DECREF(m);
         return NULL;
     }
