@@ -47,6 +47,51 @@ def test_every_scratch_directory_is_named_for_removal(tmp_path, monkeypatch) -> 
         assert scratch._NAME.match(os.path.basename(plan))
 
 
+def test_a_live_process_in_another_pid_namespace_keeps_its_scratch(tmp_path, monkeypatch) -> None:
+    """Containers sharing a /tmp number their processes apart: a pid dead here may be a live run
+    there. Its directories carry its lock file's token, and stay while the lock is held,
+    whatever the pid; once it is free (the process ended) they go, and the lock file with them."""
+    fcntl = pytest.importorskip("fcntl")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = _dead_pid()  # the other namespace's pid: no such process here
+    lock = tmp_path / f"bert_data_live_{dead}_L0123456789ab"
+    held = os.open(lock, os.O_CREAT | os.O_WRONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    theirs = tmp_path / f"bert_data_g000000001_{dead}_L0123456789ab_q1w2"
+    orphan = tmp_path / f"bert_data_plan_{dead}_Lba9876543210_q1w2"  # its lock file already reaped
+    for directory in (theirs, orphan):
+        directory.mkdir()
+        (directory / "file").write_bytes(b"x")
+    scratch.remove_stale_scratch()
+    assert theirs.exists() and lock.exists() and not orphan.exists()
+    os.close(held)  # the other run ends (the kernel releases a killed process's lock the same way)
+    scratch.remove_stale_scratch()
+    assert not theirs.exists() and not lock.exists()
+
+
+def test_the_scratch_of_a_killed_run_goes_and_a_running_ones_stays(tmp_path, monkeypatch) -> None:
+    """Real processes: one makes a scratch directory and waits; while it runs its directory
+    stays (its lock is held), after kill -9 the next clean-up removes it and its lock file."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = ("import sys, tempfile; tempfile.tempdir = sys.argv[1]; from bert_data.output import scratch; "
+            "print(scratch.scratch_dir('g000000002'), flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        made = Path(child.stdout.readline().strip())
+        assert made.is_dir() and scratch._NAME.match(made.name).group(2)  # named with its token
+        mine = Path(scratch.scratch_dir("plan"))
+        scratch.remove_stale_scratch()
+        assert made.is_dir() and mine.is_dir()
+    finally:
+        child.kill()
+        child.wait()
+    scratch.remove_stale_scratch()
+    assert not made.exists() and mine.is_dir()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("bert_data_live_")] == [
+        f"bert_data_live_{os.getpid()}_L{scratch._NAME.match(mine.name).group(2)}"]  # only this process's lock file
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("scratch")
