@@ -104,11 +104,16 @@ def test_mask_batch_c_and_numpy_give_the_same_arrays_and_state(batch, seed, bit_
         answers = spy_on_choose(patch)
         with_c = run()
     assert answers == [True, True], "the C path is the one taken"
-    with_numpy = both(run)[1]
-    same_arrays(with_c[0], with_numpy[0])
-    same_arrays(with_c[1], with_numpy[1])
-    assert same_state(with_c[2], with_numpy[2])
-    np.testing.assert_array_equal(arrays["input_ids"], given_ids)  # a copy is masked, not the caller's
+    same_two_batches(with_c, both(run)[1], arrays, given_ids)
+
+
+def same_two_batches(with_c, reference, arrays, given_ids) -> None:
+    """Two batches masked by C and by the reference: the same arrays, the generator left in the
+    same state, and the caller's ids untouched (a copy is masked)."""
+    same_arrays(with_c[0], reference[0])
+    same_arrays(with_c[1], reference[1])
+    assert same_state(with_c[2], reference[2])
+    np.testing.assert_array_equal(arrays["input_ids"], given_ids)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -382,11 +387,7 @@ def test_whole_word_masking_c_and_python_give_the_same_arrays_and_state(batch, s
         patch.setattr(native, "_wire", SimpleNamespace(**{**recorded, "mask_words": mask_words}))
         with_c = run()
     assert calls == [True, True], "the C path is the one taken"
-    with_python = both(run)[1]
-    same_arrays(with_c[0], with_python[0])
-    same_arrays(with_c[1], with_python[1])
-    assert same_state(with_c[2], with_python[2])
-    np.testing.assert_array_equal(arrays["input_ids"], given_ids)  # a copy is masked, not the caller's
+    same_two_batches(with_c, both(run)[1], arrays, given_ids)
 
 
 def test_mask_words_declines_before_drawing_what_python_must_decide(wire):
