@@ -256,3 +256,49 @@ def _alive_in_group(pgid: int) -> list:
         if state != "Z":
             alive.append(pid)
     return alive
+
+
+def test_a_local_cluster_left_without_workers_fails_the_run_instead_of_waiting_for_ever(corpus, tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Workers that cannot start again leave a LocalCluster that never fails a task: the run
+    waited for ever (seen once, when a file of the package broke under a suite run). Here the
+    cluster loses every worker while group 2 is in flight (scaled to none: nothing restarts them);
+    the run ends in one line, exit 3, and --resume finishes it with the clean bytes."""
+    import threading
+    import time
+
+    from bert_data.runners import dask as dask_runner
+
+    assert main(_args(corpus, tmp_path / "local", num_workers=1)) == 0
+    marker = tmp_path / "group-2-started"
+    monkeypatch.setenv("BERT_DATA_DASK_PAUSE", f"{marker}:2")  # the worker making group 2 waits there
+    monkeypatch.setattr(dask_runner, "LOCAL_WORKERLESS_SECONDS", 3.0)
+    clusters = []
+    real_local_cluster = dask_runner._local_cluster
+
+    def local_cluster(config, distributed_module):
+        clusters.append(real_local_cluster(config, distributed_module))
+        return clusters[-1]
+
+    monkeypatch.setattr(dask_runner, "_local_cluster", local_cluster)
+
+    def lose_every_worker():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        clusters[0].scale(0)
+
+    thief = threading.Thread(target=lose_every_worker, daemon=True)
+    thief.start()
+    capsys.readouterr()
+    started = time.monotonic()
+    args = _args(corpus, tmp_path / "dask", num_workers=2, runner="dask")
+    assert main(args) == 3
+    thief.join(timeout=60)
+    assert time.monotonic() - started < 100  # not the paused worker's 120 s: the watch ended it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "every worker of the Dask LocalCluster died" in err[0] and "--resume" in err[0], err
+    monkeypatch.delenv("BERT_DATA_DASK_PAUSE")
+    monkeypatch.setattr(dask_runner, "_local_cluster", real_local_cluster)
+    assert main(args + ["--resume"]) == 0
+    assert outputs(tmp_path / "dask") == outputs(tmp_path / "local")

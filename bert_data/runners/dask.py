@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 import uuid
 from concurrent.futures import CancelledError
 from collections import deque
@@ -343,6 +344,10 @@ def run_groups_dask(
     scheduler (``Worker.log_event``) that this client follows (``Client.subscribe_topic``)."""
     distributed = _import_distributed()
     with _connection(config) as client:
+        if not (config.scheduler_address or config.scheduler_file):  # our LocalCluster: see _Watch
+            watch = _Watch(client, LOCAL_WORKERLESS_SECONDS, distributed)
+        else:
+            watch = None  # another cluster may scale up from none: its scheduler decides
         threads = sum(client.nthreads().values()) or config.num_workers
         pending: deque = deque()
         run_key = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -358,9 +363,9 @@ def run_groups_dask(
                 )
                 pending.append((group_index, future))
                 if len(pending) >= 2 * threads:
-                    yield _finished(pending.popleft(), distributed, follower)
+                    yield _finished(pending.popleft(), distributed, follower, watch)
             while pending:
-                yield _finished(pending.popleft(), distributed, follower)
+                yield _finished(pending.popleft(), distributed, follower, watch)
         finally:
             for _, future in pending:
                 with contextlib.suppress(Exception):
@@ -370,9 +375,54 @@ def run_groups_dask(
                     client.unsubscribe_topic(topic)
 
 
-def _finished(entry: Tuple[int, object], distributed, follower: _ProgressFollower) -> GroupResult:
+LOCAL_WORKERLESS_SECONDS = 60.0  # a LocalCluster without a worker this long has lost them for good
+
+
+class _Watch:
+    """Waits for a group of our own LocalCluster, failing the run when the cluster has had no
+    worker for ``seconds``: a nanny restarts a dead worker within seconds, and a group that kills
+    every worker it is given ends in KilledWorker, but workers that cannot start again (their
+    environment broken under them: a file of the installed package changed, a full disk) leave a
+    cluster that never fails a task, and the run would wait for ever."""
+
+    def __init__(self, client, seconds: float, distributed) -> None:
+        self.client, self.seconds, self.distributed = client, seconds, distributed
+
+    def wait(self, group_index: int, future) -> None:
+        """Returns once the group's future is done (its result or error is then at hand), or
+        when the scheduler cannot be asked (the future will say so)."""
+        workerless_since: Optional[float] = None
+        while not future.done():
+            asked = time.monotonic()
+            try:
+                self.distributed.wait([future], timeout=1.0)  # returns as soon as the group is done
+            except Exception:  # (TimeoutError; asyncio's before Python 3.11) or what the future will say
+                pass
+            if future.done():
+                return
+            time.sleep(max(0.0, 0.5 - (time.monotonic() - asked)))  # never a busy loop
+            try:
+                workers = self.client.nthreads()
+            except Exception:  # the scheduler is gone: the future says so (future.result below)
+                return
+            if workers:
+                workerless_since = None
+            elif workerless_since is None:
+                workerless_since = time.monotonic()
+            elif time.monotonic() - workerless_since > self.seconds:
+                raise DaskRunnerError(
+                    f"every worker of the Dask LocalCluster died and none started again for {self.seconds:.0f} s "
+                    f"while group {group_index} was being made (a broken installation or environment?); nothing was "
+                    f"published: continue with --resume (same flags) once a plain run of the same command works"
+                )
+
+
+def _finished(entry: Tuple[int, object], distributed, follower: _ProgressFollower,
+              watch: Optional[_Watch] = None) -> GroupResult:
     """The group's result; the progress is brought up to its whole input (an event may still be
     on its way, or the group may have read less than a MiB)."""
+    if watch is not None:
+        watch.wait(*entry)
     result = _result(entry, distributed)
     follower.advance(result.group_index, result.stats.get("input_bytes", 0))
     return result
