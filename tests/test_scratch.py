@@ -92,6 +92,13 @@ def test_the_scratch_of_a_killed_run_goes_and_a_running_ones_stays(tmp_path, mon
         f"bert_data_live_{os.getpid()}_L{scratch._NAME.match(mine.name).group(2)}"]  # only this process's lock file
 
 
+def test_a_process_that_ends_normally_leaves_no_lock_file(tmp_path) -> None:
+    code = ("import sys, tempfile, shutil; tempfile.tempdir = sys.argv[1]; from bert_data.output import scratch; "
+            "shutil.rmtree(scratch.scratch_dir('plan'))")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("scratch")

@@ -19,6 +19,8 @@ rule) are judged by their pid, as they were.
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing.util
 import os
 import re
 import secrets
@@ -64,7 +66,15 @@ def _token(root: str) -> str:
         _remove(making)
         return ""
     _live[root] = (pid, token, fd)
+    atexit.register(_forget, final, pid)  # a normal end: its directories are gone, so is its lock file
+    multiprocessing.util.Finalize(None, _forget, args=(final, pid), exitpriority=0)  # a pool worker's end
     return token
+
+
+def _forget(path: str, pid: int) -> None:
+    """This process's lock file removed as it ends (not a forked child's: the handlers are copied)."""
+    if os.getpid() == pid:
+        _remove(path)
 
 
 def scratch_prefix(kind: str, parent: Optional[str] = None) -> str:
