@@ -439,6 +439,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     corpus = Path(args.corpus)
     if not corpus.is_dir():
         parser.error(f"--corpus {corpus} is not a directory")
+    if args.work_dir:
+        try:
+            os.makedirs(args.work_dir, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--work_dir {args.work_dir}: {exc.strerror or exc}")
     work_dir = Path(tempfile.mkdtemp(prefix="bert_data_bench_", dir=args.work_dir))
     try:
         info = prepare_corpus(corpus, args.replicate, work_dir, args.shape)
