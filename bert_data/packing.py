@@ -268,12 +268,15 @@ class InstanceBuffer:
     built and the masks are prefixes (every unpacked instance's are), else by numpy's boolean
     masks (the reference): the same values either way."""
 
+    # column -> (what counts its entries per instance, the unpacked feature it is gathered from)
+    COLUMNS = {"ids": ("length", "input_ids"), "segments": ("length", "segment_ids"),
+               "mlm_pos": ("npred", "masked_lm_positions"), "mlm_ids": ("npred", "masked_lm_ids")}
+
     def __init__(self, paired: bool, capacity_tokens: int = 0) -> None:
         self.paired = paired
-        names = ("ids", "mlm_pos", "mlm_ids") + (("segments",) if paired else ())
         self.columns: Dict[str, np.ndarray] = {
             name: np.empty(capacity_tokens, np.int8 if name == "segments" else np.uint16 if name == "ids" else np.int32)
-            for name in names
+            for name in self.COLUMNS if paired or name != "segments"
         }
         self.used = {"length": 0, "npred": 0}  # tokens and predictions held
         self.rows: Dict[str, List[np.ndarray]] = {}  # per instance: length, npred (int64), labels (int32)
@@ -283,32 +286,28 @@ class InstanceBuffer:
             real: Optional[Tuple[np.ndarray, bool]] = None) -> None:
         """Rows ``lo:hi`` of a batch of unpacked instances (``real``: :func:`row_counts` of their
         input_mask, when the caller has it)."""
-        mask = np.asarray(features["input_mask"][lo:hi])
-        weights = np.asarray(features["masked_lm_weights"][lo:hi])
-        real = row_counts(mask) if real is None else real
-        npred = row_counts(weights)
-        per_token = {"ids": "input_ids", "segments": "segment_ids"} if self.paired else {"ids": "input_ids"}
-        for count_key, (counts, prefix), mask_, names in (
-                ("length", real, mask, per_token),
-                ("npred", npred, weights, {"mlm_pos": "masked_lm_positions", "mlm_ids": "masked_lm_ids"})):
-            at, total = self.used[count_key], int(counts.sum())
-            for name, feature in names.items():
-                self._reserve(name, at + total)
-                self._gather(name, np.asarray(features[feature][lo:hi]), mask_, counts if prefix else None, at)
-            self.used[count_key] = at + total
-        real, npred = real[0], npred[0]
-        parts = {"length": real.astype(np.int64), "npred": npred.astype(np.int64)}
+        masks = {"length": np.asarray(features["input_mask"][lo:hi]),
+                 "npred": np.asarray(features["masked_lm_weights"][lo:hi])}
+        counted = {"length": row_counts(masks["length"]) if real is None else real, "npred": row_counts(masks["npred"])}
+        for name, (count_key, feature) in self.COLUMNS.items():
+            if name in self.columns:
+                counts, prefix = counted[count_key]
+                at = self.used[count_key]
+                self._reserve(name, at + int(counts.sum()))
+                self._gather(name, np.asarray(features[feature][lo:hi]), masks[count_key], counts if prefix else None, at)
+        for count_key, (counts, _) in counted.items():
+            self.used[count_key] += int(counts.sum())
+            self.rows.setdefault(count_key, []).append(counts.astype(np.int64))
         if self.paired:
-            parts["labels"] = np.asarray(features["next_sentence_labels"][lo:hi])[:, 0].astype(np.int32)
-        for name, value in parts.items():
-            self.rows.setdefault(name, []).append(value)
+            labels = np.asarray(features["next_sentence_labels"][lo:hi])[:, 0].astype(np.int32)
+            self.rows.setdefault("labels", []).append(labels)
         self.n += hi - lo
 
     def _reserve(self, name: str, size: int) -> None:
         column = self.columns[name]
         if size > len(column):
             grown = np.empty(max(size, 2 * len(column)), column.dtype)
-            held = self.used["length" if name in ("ids", "segments") else "npred"]
+            held = self.used[self.COLUMNS[name][0]]
             grown[:held] = column[:held]
             self.columns[name] = grown
 
@@ -338,7 +337,7 @@ class InstanceBuffer:
         """The buffer's instances (views of its columns: valid until the next :meth:`add`), and it empties."""
         out = {name: np.concatenate(values) for name, values in self.rows.items()}
         for name, column in self.columns.items():
-            out[name] = column[: self.used["length" if name in ("ids", "segments") else "npred"]]
+            out[name] = column[: self.used[self.COLUMNS[name][0]]]
         self.rows, self.n = {}, 0
         self.used = {"length": 0, "npred": 0}
         return out

@@ -52,7 +52,7 @@ def _token(root: str) -> str:
     if fcntl is None:
         return ""
     token = secrets.token_hex(6)
-    final = os.path.join(root, f"{LIVE_PREFIX}{pid}_L{token}")
+    final = os.path.join(root, _live_name(pid, token))
     making = final + ".new"  # locked before it has the name a clean-up looks for
     try:
         fd = os.open(making, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -69,6 +69,11 @@ def _token(root: str) -> str:
     atexit.register(_forget, final, pid)  # a normal end: its directories are gone, so is its lock file
     multiprocessing.util.Finalize(None, _forget, args=(final, pid), exitpriority=0)  # a pool worker's end
     return token
+
+
+def _live_name(pid: int, token: str) -> str:
+    """The name of the lock file of the process ``pid`` (in its namespace) with ``token``."""
+    return f"{LIVE_PREFIX}{pid}_L{token}"
 
 
 def _forget(path: str, pid: int) -> None:
@@ -111,7 +116,7 @@ def remove_stale_scratch() -> None:
         if found is None or (found.group(2) is not None and found.group(2) == own):
             continue
         pid, token = int(found.group(1)), found.group(2)
-        if (_lock_gone(root, pid, token) if token else _pid_gone(pid)) is True:
+        if (_lock_gone(os.path.join(root, _live_name(pid, token))) if token else _pid_gone(pid)) is True:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     for name in names:
         found = _LIVE.match(name.removesuffix(".new"))
@@ -119,17 +124,17 @@ def remove_stale_scratch() -> None:
             continue
         if name.endswith(".new") and not _older_than(os.path.join(root, name), 60):
             continue  # being made (locked, then renamed): a process killed in between left it
-        if _lock_gone(root, int(found.group(1)), found.group(2), name):
+        if _lock_gone(os.path.join(root, name)):
             _remove(os.path.join(root, name))
 
 
-def _lock_gone(root: str, pid: int, token: str, name: Optional[str] = None) -> Optional[bool]:
-    """Whether the process of ``token`` is gone: its lock file (``name``, default its final name)
-    is free, or was already removed as free; None when the file cannot be read (another user's)."""
+def _lock_gone(path: str) -> Optional[bool]:
+    """Whether the process of the lock file ``path`` is gone: the file is free, or was already
+    removed as free; None when it cannot be read (another user's)."""
     if fcntl is None:
         return None
     try:
-        fd = os.open(os.path.join(root, name or f"{LIVE_PREFIX}{pid}_L{token}"), os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return True  # made before its directories, removed only once free
     except OSError:
