@@ -13,11 +13,13 @@ the group's units exactly as :func:`bert_data.group.group_batches` would tokeniz
   what a run from the text counts) and the digest of the group's work items (the plan);
 * ``tokens.json``: the manifest, written last: the settings the cache fixes
   (:data:`PLAN_SETTINGS`, :data:`TOKEN_SETTINGS`), the vocabulary's sha256, the segmenter, the
-  inputs' fingerprints, and each group's file sizes.
+  inputs' fingerprints, and each group's file sizes;
+* ``pool-DIGEST.npz``: NSP's negative pool of one ``--seed`` (:func:`cached_pool`), kept by
+  ``tokenize`` for its ``--seed`` and by the first NSP run from the cache with another.
 
 ``create_tfrecords --from_tokens DIR`` plans its groups from the metadata as always (every
-entry is still checked: the corpus must be there, which also serves the NSP negative pool, read
-from the text: at most 4 MB, a few % of a run) and each worker then takes a group's units from
+entry is still checked: the corpus must be there, which also serves an NSP negative pool the
+cache does not hold yet, read from the text: at most 4 MB, a few % of a run) and each worker then takes a group's units from
 here instead of reading, segmenting and tokenizing (:func:`cached_units`). Everything after is the
 same code with the same RNGs, so the output is byte-identical to the run from the text. A cache
 whose settings, vocabulary, corpus or files do not match is one line and exit 2 (:func:`check_cache`,
@@ -231,6 +233,11 @@ def cached_units(config: Config, group_index: int, items: Sequence[Any], stats, 
     stats.update(tail)
 
 
+def pool_path(directory: str, spec: str) -> str:
+    """Where the cache keeps the negative pool of ``spec`` (named by its digest)."""
+    return os.path.join(directory, f"pool-{hashlib.blake2b(spec.encode('utf-8'), digest_size=16).hexdigest()}.npz")
+
+
 def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) -> NegativePool:
     """NSP's negative pool of ``spec`` (:func:`bert_data.negatives.encode_pool`: chosen from the
     corpus and ``--seed``), kept in the cache as ``pool-DIGEST.npz`` by the first run that built it,
@@ -238,8 +245,7 @@ def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) ->
     segment and tokenize it again. The cache fixes what else the pool depends on (documents,
     vocabulary, casing, segmenter, input flags). An unreadable file is built anew; a cache that
     cannot be written to is only read."""
-    digest = hashlib.blake2b(spec.encode("utf-8"), digest_size=16).hexdigest()
-    path = os.path.join(directory, f"pool-{digest}.npz")
+    path = pool_path(directory, spec)
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # (a FIFO would block np.load): built anew, not kept
             raise OSError(errno.EINVAL, "not a regular file", path)

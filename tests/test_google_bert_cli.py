@@ -544,9 +544,12 @@ def test_from_tokens_writes_the_files_of_the_run_from_text(capsys, layout):
               "--num_workers=2", "--quiet"]
     text, cached = layout["out"] / "text.tfrecord", layout["out"] / "cached.tfrecord"
     assert run(capsys, *common, f"--output_file={text}")[0] == 0
+    (pool,) = cache.glob("pool-*.npz")  # tokenize kept the NSP pool of BERT's default --random_seed ...
+    kept = pool.stat().st_ino
     code, _, err = run(capsys, *common, f"--output_file={cached}", f"--from_tokens={cache}")
     assert code == 0, err
     assert cached.read_bytes() == text.read_bytes() and len(records(cached)) > 0
+    assert [p.stat().st_ino for p in cache.glob("pool-*.npz")] == [kept]  # ... and the run read that one
     assert manifest_of(cached)["n_examples"] == manifest_of(text)["n_examples"]
     assert "from_tokens" in one_line_error(capsys, "--input_file=corpus/a.txt", f"--vocab_file={layout['vocab']}",
                                            f"--output_file={cached}", f"--from_tokens={cache}", "--quiet")

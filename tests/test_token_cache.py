@@ -119,6 +119,36 @@ def test_the_nsp_pool_is_kept_in_the_cache_and_read_back(corpus, tmp_path: Path)
             pools[0].write_bytes(pools[0].read_bytes()[:100])
 
 
+_SPACY_PROBE = ("import sys; from bert_data.tools.main import main; code = main(sys.argv[1:]); "
+                "print('spacy' in sys.modules); sys.exit(code)")
+
+
+def test_tokenize_keeps_the_pool_of_its_seed_so_nsp_runs_never_load_spacy(corpus, tmp_path: Path) -> None:
+    """`tokenize --seed S` keeps the NSP pool of S (made by its workers, beside the groups): an NSP
+    run from the cache with that seed reads it (the same file, not made again), never imports spaCy,
+    and writes the bytes of the run from the text; tokenize again with another seed on the finished
+    cache adds only that seed's pool."""
+    cache = tmp_path / "cache"
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4, num_workers=2, seed=11), "--quiet"]) == 0
+    (pool,) = cache.glob("pool-*.npz")
+    kept = pool.stat().st_ino
+    raw, cached = tmp_path / "raw", tmp_path / "cached"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4, seed=11), "--quiet"]) == 0
+    args = base_args(corpus["metadata"], corpus["vocab"], cached, split_num=4, seed=11, from_tokens=cache)
+    done = subprocess.run([sys.executable, "-c", _SPACY_PROBE, "create", *args, "--quiet"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "False", (done.stdout, done.stderr)
+    _same_output(cached, raw)
+    assert [p.stat().st_ino for p in cache.glob("pool-*.npz")] == [kept]
+    groups = {p.name: p.stat().st_ino for p in cache.glob("g*")}
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4, seed=12), "--quiet"]) == 0
+    assert len(list(cache.glob("pool-*.npz"))) == 2 and {p.name: p.stat().st_ino for p in cache.glob("g*")} == groups
+    other = tmp_path / "other"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], other, split_num=4, seed=12,
+                                                from_tokens=cache), "--quiet"]) == 0
+    assert len(list(cache.glob("pool-*.npz"))) == 2  # (seed 12's pool was read, not made again)
+
+
 def test_resume_after_kill_9_from_tokens_is_byte_identical(corpus, tmp_path: Path) -> None:
     raw, cached = tmp_path / "raw", tmp_path / "cached"
     assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0

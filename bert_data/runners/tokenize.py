@@ -8,11 +8,18 @@ with :func:`bert_data.token_cache.write_group_cache`. Crash safety: each group's
 renamed into place, its sidecar last; the cache's manifest (``tokens.json``) is written after
 every group, so a cache without one is unfinished, and the same command again completes it
 (groups already written for the same plan are kept). ``--overwrite`` starts afresh.
+
+It also keeps NSP's negative pool for ``--seed`` (:func:`bert_data.token_cache.cached_pool`: the
+pool a create run with that seed plans, :func:`bert_data.runners.plan.plan_run`), made by the
+pool of workers as one more task, first: an NSP run from the cache with that seed then reads its
+pool instead of loading spaCy to segment it (a run with another seed makes its own on first use,
+as before). The pool is ~1/256 of the corpus (at most 4 MiB of text): a few % of tokenize's work.
 """
 
 from __future__ import annotations
 
 import glob
+import itertools
 import logging
 import os
 import shutil
@@ -28,12 +35,13 @@ from ..metadata import MetadataSummary, WorkItem
 from ..output.journal import read_json_object
 from ..output.lock import output_lock
 from ..output.scratch import remove_stale_scratch, scratch_context, scratch_dir
+from ..negatives import build_pool
 from ..token_cache import (
-    CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, group_done,
-    plan_digest, read_sidecar, stats_delta, write_group_cache,
+    CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, cached_pool,
+    group_done, plan_digest, pool_path, read_sidecar, stats_delta, write_group_cache,
 )
 from ..storage import write_json_atomically
-from .plan import plan, planned_groups
+from .plan import plan_run, planned_groups
 from .pool import run_groups
 from .startup import input_fingerprints, startup_checks
 from .worker import named_as_given, stage_sources
@@ -42,6 +50,7 @@ log = logging.getLogger("bert_data")
 
 # The counters a cache's manifest keeps (the rest are in each group's sidecar).
 MANIFEST_COUNTS = ("input_bytes", "documents.used", "sentences", "tokens", "unk_tokens", "units")
+POOL_TASK = -1  # the "group index" of the task that keeps the NSP pool (before group 0: results come in task order)
 
 
 @dataclass
@@ -55,7 +64,10 @@ class TokenizedGroupFiles:
 
 
 def tokenize_group_files(group_index: int, items: Sequence[WorkItem], resources: Resources, directory: str) -> TokenizedGroupFiles:
-    """One group's units into ``directory`` (run by a pool worker, as :func:`make_group` is)."""
+    """One group's units into ``directory`` (run by a pool worker, as :func:`make_group` is); or,
+    for :data:`POOL_TASK`, NSP's negative pool of the run's ``--seed``, kept there."""
+    if group_index == POOL_TASK:
+        return _keep_pool(resources, directory)
     stats: Counter = Counter()
     seconds: Counter = Counter()
     clock = StageClock(seconds)
@@ -80,23 +92,41 @@ def tokenize_group_files(group_index: int, items: Sequence[WorkItem], resources:
     return TokenizedGroupFiles(group_index, sizes, stats, seconds)
 
 
+def _keep_pool(resources: Resources, directory: str) -> TokenizedGroupFiles:
+    """NSP's negative pool of ``resources.config.negative_pool``, built as a create run's workers
+    build it and kept in the cache under the name a run from the cache looks for."""
+    config = resources.config
+    seconds: Counter = Counter()
+    with StageClock(seconds)("pool"):
+        cached_pool(directory, config.negative_pool, lambda: build_pool(
+            config.negative_pool, resources.read_options, config.input_files_prefix, config.metadata_files,
+            resources.segmenter, resources.tokenizer))
+    return TokenizedGroupFiles(POOL_TASK, {}, Counter(), seconds)
+
+
 def run_tokenize(config: Config) -> Dict[str, Any]:
-    """Tokenize the corpus of ``config`` into ``config.output_dir``; returns the cache's manifest."""
+    """Tokenize the corpus of ``config`` into ``config.output_dir`` (and keep NSP's negative pool
+    of ``config.seed``); returns the cache's manifest."""
     startup = startup_checks(config)
     remove_stale_scratch()
     directory = config.output_dir
     with output_lock(directory), scratch_context("plan") as plan_dir:
         spool = os.path.join(plan_dir, "groups.jsonl")
-        summary = plan(config, spool)
+        config, summary = plan_run(config, spool)  # (tokenize's Config is an NSP one: the pool of --seed is planned)
         inputs = input_fingerprints(config, summary, config.vocab_file)
         identity = {"settings": cache_settings(config), "inputs": {k: inputs[k] for k in CACHE_INPUTS}}
         finished = _prepare(config, identity)
+        pool_task = [] if _pool_kept(config, directory) else [(POOL_TASK, [])]
         if finished is not None:
-            log.info("%s already holds this token cache: nothing to do", directory)
+            for _ in run_groups(config, iter(pool_task), directory, make=tokenize_group_files):
+                pass  # (a finished cache asked for another --seed: only its pool is made)
+            log.info("%s already holds this token cache: nothing to do%s", directory,
+                     " but keep the negative pool of this --seed" if pool_task else "")
             return finished
         sizes: List[Dict[str, int]] = []
         stats: Counter = Counter()
-        for result in _tokenize_groups(config, planned_groups(config, spool), directory):
+        groups = itertools.chain(pool_task, planned_groups(config, spool))
+        for result in _tokenize_groups(config, groups, directory):
             sizes.append(result.sizes)
             stats.update(result.stats)
         manifest = _manifest(config, identity, inputs, summary, sizes, stats, len(startup.vocab))
@@ -112,6 +142,9 @@ def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]
 
     def todo() -> Iterator[Tuple[int, List[WorkItem]]]:
         for group_index, items in groups:
+            if group_index == POOL_TASK:
+                yield group_index, items
+                continue
             sizes = group_done(directory, group_index, plan_digest(items))
             if sizes is None:
                 yield group_index, items
@@ -121,6 +154,8 @@ def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]
     made = run_groups(config, todo(), directory, make=tokenize_group_files)
     expected = 0
     for result in made:
+        if result.group_index == POOL_TASK:
+            continue
         while expected in done:
             yield done.pop(expected)
             expected += 1
@@ -129,6 +164,12 @@ def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]
     while expected in done:
         yield done.pop(expected)
         expected += 1
+
+
+def _pool_kept(config: Config, directory: str) -> bool:
+    """Whether ``directory`` already holds the negative pool of this run's ``--seed`` (a readable
+    one or not: a damaged file is made again by the first run that reads it)."""
+    return not config.negative_pool or os.path.isfile(pool_path(directory, config.negative_pool))
 
 
 def _sidecar_stats(directory: str, group_index: int) -> Counter:

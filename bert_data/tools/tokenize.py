@@ -28,8 +28,9 @@ TOKENIZE_FLAGS = frozenset({
     "metadata_files", "input_files_prefix", "multiple_docs_in_single_file", "multiple_docs_separator",
     "single_sentence_per_line", "spacy_model", "config", "vocab_file", "do_lower_case", "split_num", "group_bytes",
     "max_document_chars", "output_dir", "overwrite", "resume", "num_workers", "log_level", "quiet", "input_format",
-    "text_key", "input_encoding", "input_file",
+    "text_key", "input_encoding", "input_file", "seed",
 })
+BERT_RANDOM_SEED = 12345  # create_pretraining_data's --random_seed default: the seed of a cache made for it
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -45,6 +46,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser.add_argument("--input_file", default=None, help=(
         "instead of --metadata_files: create_pretraining_data's --input_file (BERT's comma-separated globs, BERT's "
         "corpus layout), for `create_pretraining_data --from_tokens DIR`"))
+    _seed_help(parser)
     args = parser.parse_args(argv)
     given = sorted(name for name, value in vars(args).items() if value is not None and name not in TOKENIZE_FLAGS)
     if given:
@@ -62,7 +64,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     started = time.perf_counter()
     try:
         with _bert_input_list(args):
-            manifest = run_tokenize(config_from_args(args))
+            config = config_from_args(args)
+            manifest = run_tokenize(config)
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:
@@ -73,8 +76,18 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     ratio = manifest["bytes"] / max(1, counts["input_bytes"])
     emit(PROG, f"{len(manifest['groups'])} groups, {counts['documents.used']} documents, {counts['sentences']} sentences, "
                f"{counts['tokens']} tokens ({manifest['dtype']}): {manifest['bytes']} bytes, {ratio:.2f}x the text, "
-               f"in {time.perf_counter() - started:.1f}s")
+               f"in {time.perf_counter() - started:.1f}s; NSP's negative pool for --seed {config.seed} kept")
     return 0
+
+
+def _seed_help(parser: argparse.ArgumentParser) -> None:
+    """``--seed`` here names the seed of the NSP runs to come, not this run's (tokens have none)."""
+    for action in parser._actions:
+        if action.dest == "seed":
+            action.help = (f"the --seed of the NSP runs to come from this cache: their negative pool is made now and kept, "
+                           f"so those runs never load spaCy (default: create_tfrecords' 0; with --input_file, "
+                           f"create_pretraining_data's --random_seed {BERT_RANDOM_SEED}); a run with another seed makes "
+                           f"its own once")
 
 
 @contextlib.contextmanager
@@ -96,6 +109,8 @@ def _bert_input_list(args: argparse.Namespace) -> Iterator[None]:
     if args.input_format not in (None, "bert"):
         raise ConfigError(f"--input_file reads BERT's corpus layout (create_pretraining_data's), not --input_format "
                           f"{args.input_format}: drop --input_format, or list the files in --metadata_files")
+    if args.seed is None:
+        args.seed = BERT_RANDOM_SEED
     files = expand_input_patterns(patterns)
     with scratch_context("inputs") as staging:
         args.metadata_files, args.input_format = [write_input_list(staging, files)], "bert"
