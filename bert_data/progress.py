@@ -100,6 +100,14 @@ class RunProgress:
             position = min(position, self.total)
         if position > bar.n:
             bar.update(position - bar.n)
+        elif self.publishing:
+            bar.refresh()  # (the clock keeps moving while the shards are published: no frozen line)
+
+    @property
+    def publishing(self) -> bool:
+        """Every group is in: the run is publishing its shards (renames; for Parquet, MDS and HDF5
+        the rewrite of every shard, which can take minutes on a large run)."""
+        return bool(self.groups) and self.groups_done >= self.groups
 
     def update(self, result: Any) -> None:
         stats = result.stats
@@ -114,7 +122,9 @@ class RunProgress:
 
     def postfix(self) -> str:
         text = format_postfix(self.documents_read, self.groups_done, self.instances)
-        return f"{text}/{self.groups:,}" if self.groups else text
+        if not self.groups:
+            return text
+        return f"{text}/{self.groups:,}" + (", publishing the shards" if self.publishing else "")
 
     def close(self) -> None:
         self._stop.set()

@@ -54,9 +54,14 @@ def test_bar_counts_input_bytes_documents_and_instances() -> None:
         progress.update(group(1, 5, 120, 1_000_000))
         assert progress.bytes_done == 2_000_000 and progress.instances == 220
         progress.update(group(2, 2, 30, 1_000_000))
+        assert progress.publishing
+        before = stream.getvalue()
+        progress._advance()  # the refresh thread, while the shards are published: the line is drawn again
+        assert len(stream.getvalue()) > len(before)
     text = stream.getvalue()
     assert "input" in text and "2.86M/2.86M" in text  # 3,000,000 bytes in binary units
-    assert "docs=12, instances=250, groups=3/3" in text
+    assert "docs=12, instances=250, groups=3/3, publishing the shards" in text
+    assert "publishing" not in text.split("groups=3/3")[0]  # (not before the last group is in)
 
 
 def test_bar_follows_the_live_counter_inside_a_group() -> None:
