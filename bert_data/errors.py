@@ -98,6 +98,29 @@ def raise_on_sigterm() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError (EFBIG), not a kill
 
 
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the process that unlinks a run's shared memory and
+    semaphores at its end) now, with SIGHUP and SIGXCPU ignored: it ignores SIGINT and SIGTERM
+    itself but died of a closed terminal's hang-up, sent to the whole process group, and was
+    relaunched without the run's resources, printing a warning and a traceback per semaphore
+    after the run's one line. An ignored disposition outlives the exec; the caller's handlers are
+    put back at once. Call before the first shared Value, Array or process pool."""
+    import signal
+    import threading
+    from multiprocessing import resource_tracker
+
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    names = [name for name in ("SIGHUP", "SIGXCPU") if hasattr(signal, name)]
+    previous = {name: signal.signal(getattr(signal, name), signal.SIG_IGN) for name in names}
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
 def print_error(prog: str, message: str, code: int = 2) -> int:
     """The one line every command prints for a user error, ``prog: error: message``; returns the exit code."""
     print(f"{prog}: error: {message}", file=sys.stderr)

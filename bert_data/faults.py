@@ -26,7 +26,7 @@ import signal
 import time
 
 CRASH_AT = "BERT_DATA_CRASH_AT"
-CRASH_STAGES = ("appended", "checkpointed", "indexed", "published", "worker", "moved", "tokenized")
+CRASH_STAGES = ("appended", "checkpointed", "indexed", "published", "committed", "worker", "moved", "tokenized")
 
 
 def crash_point(stage: str, group_index: int) -> None:

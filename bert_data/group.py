@@ -47,7 +47,7 @@ from .masking import MaskingParams
 from .metadata import GroupPlan, WorkItem
 from .negatives import DocumentOrigins, NegativePool, build_pool, one_document_per_file
 from .objectives import Objective, objective_of
-from .token_cache import TokenizedUnit, cached_pool, cached_units
+from .token_cache import TokenizedUnit, cached_pool, cached_units, pool_identity
 from .tokenization import TokenizedDocuments, tokenize_group
 
 Batch = Tuple[Mapping[str, np.ndarray], np.ndarray]  # features (one row per instance), the shard of each row
@@ -108,7 +108,12 @@ def ensure_pool(resources: Resources) -> Optional[NegativePool]:
                 return build_pool(config.negative_pool, resources.read_options, config.input_files_prefix,
                                   config.metadata_files, resources.segmenter, resources.tokenizer)
 
-            resources.pool = cached_pool(config.from_tokens, config.negative_pool, build) if config.from_tokens else build()
+            if config.from_tokens:
+                vocab = resources.tokenizer.vocab
+                resources.pool = cached_pool(config.from_tokens, config.negative_pool, pool_identity(config, vocab),
+                                             len(vocab), build)
+            else:
+                resources.pool = build()
         resources.pool_built = True
     return resources.pool
 

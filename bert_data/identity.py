@@ -238,3 +238,14 @@ def refuse_writing_over_inputs(
     same_text = is_remote(path) or os.path.abspath(local_path_of(path)) == os.path.abspath(local_path_of(output))
     detail = "" if same_text else f" ({path})"
     raise OutputError(f"{flag} {output} is {what}{detail}; refusing to overwrite it (a file this run reads): {fix}")
+
+
+def package_version(package: str) -> str:
+    """An installed package's version (what a run records of its segmenter, tokenizers and
+    bert_data, and --resume re-checks), or "not installed"."""
+    from importlib import metadata as package_metadata
+
+    try:
+        return package_metadata.version(package)
+    except package_metadata.PackageNotFoundError:
+        return "not installed"

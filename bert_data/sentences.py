@@ -15,6 +15,7 @@ import re
 from typing import List, Optional, Sequence, Tuple
 
 from .errors import SpacyModelError
+from .identity import package_version
 
 # spaCy refuses texts over nlp.max_length (1,000,000 chars) and its memory grows with the
 # length of one Doc, so long paragraphs are cut at whitespace into pieces of at most this many
@@ -24,6 +25,16 @@ DEFAULT_CHUNK_CHARS = 100_000
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n\s*")
 _UP_TO_LAST_WHITESPACE = re.compile(r".*\s", re.DOTALL)
 _WHITESPACE_RUN = re.compile(r"\s+")
+
+
+def segmenter_identity(config) -> str:
+    """Which sentence segmenter (and version) a run uses (``config``: a Config): recorded, and
+    compared by --resume, --from_tokens and a token cache's kept NSP pools."""
+    version = package_version
+    return "lines" if config.lines_are_sentences else (
+        f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
+        + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
+    )
 
 
 def split_paragraphs(text: str) -> List[str]:

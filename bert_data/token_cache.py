@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import stat
-import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -48,10 +47,11 @@ from .storage import write_bytes
 from .format.indexed import check_consistent, index_bytes, parse_index
 from .output.journal import read_json_object
 from .negatives import NegativePool
+from .sentences import segmenter_identity
 from .tokenization import TokenizedGroup
 
 CACHE_FORMAT = "bert_data token cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: tokens.json records each group's sidecar digest (a sidecar edited or swapped in is refused)
 CACHE_MANIFEST = "tokens.json"
 CACHE_RUN_FILE = "tokenize_run.json"  # the settings of a tokenize run in progress (its resume check)
 
@@ -125,11 +125,16 @@ def write_group_cache(
     raw = data.tobytes()
     sidecar = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "group": group_index, "plan": digest, **sizes,
                "blake2b": _checksum(raw, index), "units": entries, "tail": tail}
+    sidecar_bytes = json.dumps(sidecar, sort_keys=True).encode()
     write_bytes(group_file(directory, group_index, ".bin"), raw)
     write_bytes(group_file(directory, group_index, ".idx"), index)
     crash_point("tokenized", group_index)  # test hook: killed with the tokens written, the sidecar not
-    write_bytes(group_file(directory, group_index, ".json"), json.dumps(sidecar, sort_keys=True).encode())
-    return sizes
+    write_bytes(group_file(directory, group_index, ".json"), sidecar_bytes)
+    return dict(sizes, sidecar_blake2b=_digest(sidecar_bytes))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def _checksum(data: bytes, index: bytes) -> str:
@@ -139,21 +144,56 @@ def _checksum(data: bytes, index: bytes) -> str:
     return digest.hexdigest()
 
 
-def group_done(directory: str, group_index: int, digest: str) -> Optional[Dict[str, int]]:
-    """The sizes of a group already tokenized for this plan, or None (to make, or remake)."""
+def group_done(directory: str, group_index: int, digest: str) -> Optional[Dict[str, Any]]:
+    """What the manifest records of a group already tokenized for this plan and intact (its
+    sidecar whole, its files of the recorded sizes and checksum), or None (to make, or remake)."""
     try:
         sidecar = read_sidecar(directory, group_index, digest)
-        check_group_files(directory, group_index, sidecar)
+        read_group_bytes(directory, group_index, sidecar)
     except TokenCacheError:
         return None
-    return {"bin_bytes": sidecar["bin_bytes"], "idx_bytes": sidecar["idx_bytes"]}
+    return {"bin_bytes": sidecar["bin_bytes"], "idx_bytes": sidecar["idx_bytes"], "sidecar_blake2b": sidecar[SIDECAR_DIGEST]}
+
+
+SIDECAR_DIGEST = "_file_blake2b"  # added to a sidecar as read: the digest of its file's bytes
+
+
+def _whole(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _counters(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and type(v) is int for k, v in value.items())
+
+
+def _sidecar_fault(sidecar: Mapping[str, Any]) -> str:
+    """What is wrong with a sidecar's fields ("" when nothing): what a run takes from it must have
+    the types it relies on (a traceback otherwise, or other instances)."""
+    for key in ("bin_bytes", "idx_bytes"):
+        if not _whole(sidecar.get(key)):
+            return f"{key} is not a byte count"
+    if not isinstance(sidecar.get("blake2b"), str) or not _counters(sidecar.get("tail")):
+        return "its checksum or counters are missing"
+    units = sidecar.get("units")
+    if not isinstance(units, list):
+        return "units is not a list"
+    for entry in units:
+        if not (isinstance(entry, dict) and _whole(entry.get("unit")) and _whole(entry.get("documents"))
+                and _counters(entry.get("stats")) and (entry.get("origins") is None or isinstance(entry.get("origins"), str))):
+            return "a unit's entry is not one this version writes"
+    return ""
 
 
 def read_sidecar(directory: str, group_index: int, digest: Optional[str]) -> Dict[str, Any]:
     path = group_file(directory, group_index, ".json")
-    sidecar = read_cache_json(path, "--from_tokens: ", "the cache is incomplete")
+    raw: List[bytes] = []
+    sidecar = read_cache_json(path, "--from_tokens: ", "the cache is incomplete", on_bytes=raw.append)
     if sidecar.get("format") != CACHE_FORMAT or sidecar.get("group") != group_index:
         raise TokenCacheError(f"--from_tokens: {path} is not group {group_index} of a token cache; {RETOKENIZE}")
+    fault = _sidecar_fault(sidecar)
+    if fault:
+        raise TokenCacheError(f"--from_tokens: {path} is damaged ({fault}); {RETOKENIZE}")
+    sidecar[SIDECAR_DIGEST] = _digest(raw[0])
     if digest is not None and sidecar.get("plan") != digest:
         raise TokenCacheError(
             f"--from_tokens: {path}: group {group_index} of the cache holds other documents than this run's group "
@@ -183,10 +223,8 @@ def check_group_files(directory: str, group_index: int, sidecar: Mapping[str, An
             )
 
 
-def read_group_cache(directory: str, group_index: int, digest: Optional[str]
-                     ) -> Tuple[List[Tuple[TokenizedUnit, Dict[str, int]]], Dict[str, int]]:
-    """A group's units (each with the counters its making added) and the counters after its last."""
-    sidecar = read_sidecar(directory, group_index, digest)
+def read_group_bytes(directory: str, group_index: int, sidecar: Mapping[str, Any]) -> Tuple[bytes, bytes]:
+    """A group's ``.bin`` and ``.idx`` bytes, of the sizes and checksum its sidecar records."""
     check_group_files(directory, group_index, sidecar)
     idx_path, bin_path = group_file(directory, group_index, ".idx"), group_file(directory, group_index, ".bin")
     with open(idx_path, "rb") as handle:
@@ -195,6 +233,15 @@ def read_group_cache(directory: str, group_index: int, digest: Optional[str]
         raw_tokens = handle.read()
     if _checksum(raw_tokens, raw_index) != sidecar.get("blake2b"):
         raise TokenCacheError(f"--from_tokens: {bin_path} or {idx_path} is damaged (checksum differs); {RETOKENIZE}")
+    return raw_tokens, raw_index
+
+
+def read_group_cache(directory: str, group_index: int, digest: Optional[str]
+                     ) -> Tuple[List[Tuple[TokenizedUnit, Dict[str, int]]], Dict[str, int]]:
+    """A group's units (each with the counters its making added) and the counters after its last."""
+    sidecar = read_sidecar(directory, group_index, digest)
+    raw_tokens, raw_index = read_group_bytes(directory, group_index, sidecar)
+    idx_path, bin_path = group_file(directory, group_index, ".idx"), group_file(directory, group_index, ".bin")
     try:
         dtype, lengths, pointers, indices = parse_index(raw_index)
         check_consistent(dtype, lengths, pointers, indices, os.stat(bin_path).st_size)
@@ -215,7 +262,11 @@ def read_group_cache(directory: str, group_index: int, digest: Optional[str]
         )
         origins = None
         if entry["origins"] is not None:
-            origins = np.frombuffer(base64.b64decode(entry["origins"]), dtype="<u8").tolist()
+            packed = base64.b64decode(entry["origins"])
+            if len(packed) != 8 * count:
+                raise TokenCacheError(f"--from_tokens: {group_file(directory, group_index, '.json')} is damaged (a unit's "
+                                      f"origins are not one per document); {RETOKENIZE}")
+            origins = np.frombuffer(packed, dtype="<u8").tolist()
         units.append((TokenizedUnit(entry["unit"], group, origins), entry["stats"]))
         document += count
     return units, sidecar["tail"]
@@ -233,26 +284,60 @@ def cached_units(config: Config, group_index: int, items: Sequence[Any], stats, 
     stats.update(tail)
 
 
-def pool_path(directory: str, spec: str) -> str:
-    """Where the cache keeps the negative pool of ``spec`` (named by its digest)."""
-    return os.path.join(directory, f"pool-{hashlib.blake2b(spec.encode('utf-8'), digest_size=16).hexdigest()}.npz")
+def pool_identity(config: Config, vocab: Mapping[str, int]) -> str:
+    """What a kept pool's tokens depend on besides its choice (``spec``): the cache's settings,
+    the segmenter and the vocabulary (its tokens in id order). Part of the pool file's name, so a
+    pool copied from a cache of another vocabulary, casing or segmenter is never read as this one's."""
+    tokens = "\n".join(sorted(vocab, key=vocab.__getitem__)).encode("utf-8", "surrogatepass")
+    return json.dumps({"settings": cache_settings(config), "segmenter": segmenter_identity(config),
+                       "vocab": hashlib.blake2b(tokens, digest_size=16).hexdigest()}, sort_keys=True)
 
 
-def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) -> NegativePool:
+def pool_path(directory: str, spec: str, identity: str) -> str:
+    """Where the cache keeps the negative pool of ``spec`` made with ``identity`` (named by their digest)."""
+    digest = hashlib.blake2b(f"{spec}\0{identity}".encode("utf-8"), digest_size=16).hexdigest()
+    return os.path.join(directory, f"pool-{digest}.npz")
+
+
+POOL_FACTS = ("negative_pool.candidates", "negative_pool.documents", "negative_pool.characters", "negative_pool.tokens",
+              "negative_pool.cap_characters")
+
+
+def _read_pool(path: str, vocab_size: int) -> NegativePool:
+    """A kept pool, every array checked against the others and the vocabulary (a damaged or
+    edited file raises: it is made again, never drawn from)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # (a FIFO would block np.load)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    with np.load(path, allow_pickle=False) as data:
+        ids, offsets, doc_starts, origins = (data[k] for k in ("ids", "offsets", "doc_starts", "origins"))
+        facts = json.loads(str(data["facts"]))
+    arrays = (ids, offsets, doc_starts, origins)
+    if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
+        raise ValueError("not 1-D integer arrays")
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError("ids outside the vocabulary")
+    for bounds, end in ((offsets, len(ids)), (doc_starts, len(offsets) - 1)):
+        if not len(bounds) or bounds[0] != 0 or bounds[-1] != end or (len(bounds) > 1 and (np.diff(bounds) < 0).any()):
+            raise ValueError("offsets that do not cut the ids")
+    if len(origins) != len(doc_starts) - 1:
+        raise ValueError("origins of another length")
+    if not isinstance(facts, dict) or sorted(facts) != sorted(POOL_FACTS) or not all(type(v) is int for v in facts.values()):
+        raise ValueError("facts of another kind")
+    return NegativePool(ids, offsets.tolist(), doc_starts.tolist(), origins.astype(np.uint64).tolist(), facts)
+
+
+def cached_pool(directory: str, spec: str, identity: str, vocab_size: int, build: Callable[[], NegativePool]) -> NegativePool:
     """NSP's negative pool of ``spec`` (:func:`bert_data.negatives.encode_pool`: chosen from the
-    corpus and ``--seed``), kept in the cache as ``pool-DIGEST.npz`` by the first run that built it,
-    so that the next runs with that seed (the other phase, another objective) need not read,
-    segment and tokenize it again. The cache fixes what else the pool depends on (documents,
-    vocabulary, casing, segmenter, input flags). An unreadable file is built anew; a cache that
+    corpus and ``--seed``), kept in the cache as ``pool-DIGEST.npz`` by ``tokenize`` or the first
+    run that built it, so that the next runs with that seed (the other phase, another objective)
+    need not read, segment and tokenize it again. The name's digest covers ``identity``
+    (:func:`pool_identity`); the documents are the cache's own (checked by every run). A file
+    that cannot be read or does not hold a pool of this vocabulary is built anew; a cache that
     cannot be written to is only read."""
-    path = pool_path(directory, spec)
+    path = pool_path(directory, spec, identity)
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # (a FIFO would block np.load): built anew, not kept
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        with np.load(path, allow_pickle=False) as data:
-            return NegativePool(data["ids"], data["offsets"].tolist(), data["doc_starts"].tolist(),
-                                data["origins"].astype(np.uint64).tolist(), json.loads(str(data["facts"])))
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return _read_pool(path, vocab_size)
+    except Exception:  # noqa: BLE001 - any damage (OSError, EOFError, BadZipFile, ValueError, KeyError, ...): made again
         pass
     pool = build()
     temporary = f"{path}.{os.getpid()}.tmp"
@@ -273,14 +358,29 @@ def cached_pool(directory: str, spec: str, build: Callable[[], NegativePool]) ->
 # --------------------------------------------------------------------------------------------
 
 
-def read_cache_json(path: str, where: str, if_missing: str) -> Dict[str, Any]:
+def read_cache_json(path: str, where: str, if_missing: str, on_bytes=None) -> Dict[str, Any]:
     """A JSON file of the cache (its manifest, a group's sidecar) as an object, or one line:
     missing (``if_missing`` says what that means), or not a readable JSON object (a FIFO or a
     device put there is refused, never waited on: :func:`bert_data.output.journal.read_json_object`)."""
     if not os.path.lexists(path):
         raise TokenCacheError(f"{where}{path} is missing: {if_missing}; {RETOKENIZE}")
     return read_json_object(path, lambda p, what: TokenCacheError(f"{where}{p} cannot be read ({what}); {RETOKENIZE}"),
-                            follow_links=True)
+                            follow_links=True, on_bytes=on_bytes)
+
+
+def manifest_fault(manifest: Mapping[str, Any]) -> str:
+    """What is wrong with a cache manifest's fields ("" when nothing)."""
+    if not isinstance(manifest.get("settings"), dict):
+        return "settings is not a mapping"
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, dict) or not all(isinstance(inputs.get(k), str) for k in CACHE_INPUTS):
+        return f"inputs does not name {', '.join(CACHE_INPUTS)}"
+    groups = manifest.get("groups")
+    if not isinstance(groups, list) or not all(
+            isinstance(g, dict) and _whole(g.get("bin_bytes")) and _whole(g.get("idx_bytes"))
+            and isinstance(g.get("sidecar_blake2b"), str) for g in groups):
+        return "groups is not a list of each group's sizes and sidecar digest"
+    return ""
 
 
 def load_cache_manifest(directory: str) -> Dict[str, Any]:
@@ -289,9 +389,18 @@ def load_cache_manifest(directory: str) -> Dict[str, Any]:
         raise TokenCacheError(f"--from_tokens {directory}: no such directory; make it with bert-data tokenize --output_dir {directory}")
     manifest = read_cache_json(path, f"--from_tokens {directory}: ",
                                "not a token cache, or bert-data tokenize did not finish")
-    if manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
-        raise TokenCacheError(f"--from_tokens {directory}: {path} is not a token cache of version {CACHE_VERSION}; {RETOKENIZE}")
+    if manifest.get("format") != CACHE_FORMAT:
+        raise TokenCacheError(f"--from_tokens {directory}: {path} is not a token cache; {RETOKENIZE}")
+    if manifest.get("version") != CACHE_VERSION:
+        raise TokenCacheError(f"--from_tokens {directory}: {path} is a token cache of version {manifest.get('version')!r}, "
+                              f"this bert_data reads version {CACHE_VERSION}; {RETOKENIZE}")
+    fault = manifest_fault(manifest)
+    if fault:
+        raise TokenCacheError(f"--from_tokens {directory}: {path} is damaged ({fault}); {REMAKE}")
     return manifest
+
+
+REMAKE = "remake it with bert-data tokenize --overwrite (the same flags)"
 
 
 def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, Any]:
@@ -316,11 +425,13 @@ def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, 
             f"--from_tokens {directory} was segmented by {manifest['inputs']['segmenter']}, this run's segmenter is "
             f"{segmenter}; use that segmenter (--spacy_model, spaCy version), or tokenize again"
         )
-    for group_index, sizes in enumerate(manifest["groups"]):
-        check_group_files(directory, group_index, sizes)
-        sidecar = group_file(directory, group_index, ".json")
-        if not os.path.isfile(sidecar):
-            raise TokenCacheError(f"--from_tokens: {sidecar} is missing: the cache is incomplete; {RETOKENIZE}")
+    for group_index, recorded in enumerate(manifest["groups"]):
+        check_group_files(directory, group_index, recorded)
+        sidecar = read_sidecar(directory, group_index, None)
+        if sidecar[SIDECAR_DIGEST] != recorded["sidecar_blake2b"] or any(sidecar[k] != recorded[k] for k in ("bin_bytes", "idx_bytes")):
+            raise TokenCacheError(  # (edited, or a group's files copied in from another cache)
+                f"--from_tokens: {group_file(directory, group_index, '.json')} is not the sidecar the cache recorded "
+                f"for group {group_index}; {RETOKENIZE}")
     return manifest
 
 

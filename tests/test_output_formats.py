@@ -197,6 +197,43 @@ def test_a_url_output_killed_then_resumed_gives_the_clean_bytes(corpus, tmp_path
         assert _files(out) == _files(clean)
 
 
+@pytest.mark.parametrize("fmt", ["tfrecord", *FORMATS])
+def test_a_kill_during_the_commit_leaves_a_finished_output_that_resume_tidies(corpus, tmp_path, fmt) -> None:
+    """Killed after the manifest (the commit point) while the work directory is being removed:
+    the output is finished; --resume says so, removes the work directory and changes no byte; a
+    plain run again is refused as over any finished output (--overwrite), not as an interrupted one.
+    The same for a URL output, whose work directory is many objects."""
+    if fmt != "tfrecord":
+        _need(*PACKAGE[fmt])
+    clean = _run(corpus, tmp_path / "clean", output_format=fmt)
+    for out, where in ((tmp_path / "out", str(tmp_path / "out")), (tmp_path / "url", f"file://{tmp_path / 'url'}")):
+        args = base_args(corpus["metadata"], corpus["vocab"], where, split_num=3, output_format=fmt)
+        assert _cli(args, env={"BERT_DATA_CRASH_AT": "committed:0"}).returncode == -signal.SIGKILL
+        assert (out / "data_params.json").exists() and (out / ".bert_data_work").exists()
+        again = _cli(args)
+        assert again.returncode == 2 and "--overwrite" in again.stderr and "interrupted" not in again.stderr, again.stderr
+        resumed = _cli(args + ["--resume"])
+        assert resumed.returncode == 0, resumed.stderr
+        assert not (out / ".bert_data_work").exists()
+        assert _files(out) == _files(clean)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_overwrite_removes_what_an_interrupted_run_of_another_format_published(corpus, tmp_path, fmt) -> None:
+    """Killed after publishing its files but before its manifest, a run of one format leaves only
+    its run.json to say what they are: --overwrite with another format (and another --name)
+    removes them too, so no reader finds them beside the new run's (local and URL outputs)."""
+    _need(*PACKAGE[fmt])
+    clean = _run(corpus, tmp_path / "clean")
+    for out, where in ((tmp_path / "out", str(tmp_path / "out")), (tmp_path / "url", f"file://{tmp_path / 'url'}")):
+        killed = base_args(corpus["metadata"], corpus["vocab"], where, split_num=3, output_format=fmt, name="old")
+        assert _cli(killed, env={"BERT_DATA_CRASH_AT": "published:0"}).returncode == -signal.SIGKILL
+        assert any(p.name.startswith("old-") for p in out.iterdir())
+        done = _cli(base_args(corpus["metadata"], corpus["vocab"], where, split_num=3) + ["--overwrite"])
+        assert done.returncode == 0, done.stderr
+        assert _files(out) == _files(clean)
+
+
 def test_a_resume_with_another_format_is_refused_naming_the_flag(corpus, tmp_path) -> None:
     _need("pyarrow")
     out = tmp_path / "out"

@@ -149,6 +149,51 @@ def test_tokenize_keeps_the_pool_of_its_seed_so_nsp_runs_never_load_spacy(corpus
     assert len(list(cache.glob("pool-*.npz"))) == 2  # (seed 12's pool was read, not made again)
 
 
+def _edit_pool(pool: Path, **arrays) -> None:
+    import numpy as np
+
+    with np.load(pool) as data:
+        kept = {k: data[k] for k in data.files}
+    kept.update(arrays)
+    with open(pool, "wb") as handle:
+        np.savez(handle, **kept)
+
+
+@pytest.mark.parametrize("damage", ["empty", "ids_outside_vocab", "short_offsets", "two_d_ids", "no_facts", "other_cache"])
+def test_a_kept_pool_that_is_damaged_or_of_another_cache_is_made_again(corpus, tmp_path: Path, damage: str) -> None:
+    """A kept pool is read only when it is this cache's and whole: one of another cache (other
+    casing: same documents, other ids) is never taken, and an empty, edited or reshaped file is
+    made again; the run writes the bytes of the run from the text, without a traceback."""
+    import numpy as np
+
+    cache = tmp_path / "cache"
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4, seed=5), "--quiet"]) == 0
+    (pool,) = cache.glob("pool-*.npz")
+    if damage == "other_cache":
+        other = tmp_path / "other"
+        args = [a for a in _tokenize_args(corpus, other, split_num=4, seed=5) if a != "--do_lower_case"]
+        assert bert_data_main(["tokenize", *args, "--no-do_lower_case", "--quiet"]) == 0
+        (foreign,) = other.glob("pool-*.npz")
+        assert foreign.name != pool.name  # its name says whose it is: copied in (the same seed and
+        pool.unlink()  # documents), it is not this cache's pool, which is made again
+        foreign.rename(cache / foreign.name)
+    elif damage == "empty":
+        pool.write_bytes(b"")
+    else:
+        with np.load(pool) as data:
+            ids, offsets = data["ids"], data["offsets"]
+        _edit_pool(pool, **{"ids_outside_vocab": {"ids": ids + 40000}, "short_offsets": {"offsets": offsets[:-3]},
+                            "two_d_ids": {"ids": ids.reshape(1, -1)}, "no_facts": {"facts": np.asarray("{}")}}[damage])
+    raw, cached = tmp_path / "raw", tmp_path / "cached"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4, seed=5), "--quiet"]) == 0
+    args = base_args(corpus["metadata"], corpus["vocab"], cached, split_num=4, seed=5, from_tokens=cache)
+    done = _cli("create", args)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    _same_output(cached, raw)
+    with np.load(pool) as data:  # made again in place
+        assert data["ids"].ndim == 1 and int(data["ids"].max()) < 40000
+
+
 def test_resume_after_kill_9_from_tokens_is_byte_identical(corpus, tmp_path: Path) -> None:
     raw, cached = tmp_path / "raw", tmp_path / "cached"
     assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0
@@ -232,7 +277,103 @@ def test_a_damaged_or_partial_cache_is_one_line_naming_the_file(corpus, tmp_path
     else:
         os.remove(target)
     args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache)
-    _one_line_error(_cli("create", args), os.path.basename(target))
+    _one_line_error(_cli("create", args), os.path.basename(target), "bert-data tokenize again")
+    # ... and what the line says works: the same tokenize command remakes what is damaged or missing
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4), "--quiet"]) == 0
+    raw = tmp_path / "raw"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0
+    assert _cli("create", args + ["--overwrite"]).returncode == 0
+    _same_output(tmp_path / "out", raw)
+
+
+def test_a_cache_fault_found_mid_run_says_how_to_continue_and_resume_gives_the_bytes(corpus, tmp_path: Path) -> None:
+    """A group found damaged after others were journaled: the line says to fix the cache and
+    continue with --resume (the same command alone is refused then); doing so gives the bytes of
+    the run from the text."""
+    cache = _copy_cache(corpus, tmp_path)
+    target = Path(group_file(str(cache), 3, ".bin"))
+    data = bytearray(target.read_bytes())
+    data[10] ^= 1
+    target.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4, from_tokens=cache)
+    done = _cli("create", args)
+    _one_line_error(done, target.name, "bert-data tokenize again", "continue with --resume (same flags)")
+    assert (out / ".bert_data_work" / "run.json").exists()
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4), "--quiet"]) == 0
+    assert _cli("create", args + ["--resume"]).returncode == 0
+    raw = tmp_path / "raw"
+    assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0
+    _same_output(out, raw)
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+SIDECAR_EDITS = {  # what a hand (or a bug) may do to a group's sidecar: refused, never read as other instances
+    "unit": lambda d: d["units"][0].update(unit=5), "documents": lambda d: d["units"][0].update(documents=7),
+    "origins_null": lambda d: d["units"][0].update(origins=None), "counter": lambda d: d["units"][0]["stats"].update(tokens=99),
+    "origins_short": lambda d: d["units"][0].update(origins="AAAA"), "no_units": lambda d: d.pop("units"),
+    "units_text": lambda d: d.update(units="x"), "no_tail": lambda d: d.pop("tail"),
+    "tail_text": lambda d: d.update(tail={"tokens": "x"}),
+}
+MANIFEST_EDITS = {
+    "no_settings": lambda d: d.pop("settings"), "no_inputs": lambda d: d.pop("inputs"),
+    "no_vocab_sha": lambda d: d["inputs"].pop("vocab_sha256"), "groups_null": lambda d: d.update(groups=None),
+    "groups_numbers": lambda d: d.update(groups=[1, 2, 3, 4]), "settings_list": lambda d: d.update(settings=[]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(SIDECAR_EDITS) + sorted(MANIFEST_EDITS))
+def test_an_edited_sidecar_or_manifest_is_one_line_never_other_instances(corpus, tmp_path: Path, edit: str) -> None:
+    cache = _copy_cache(corpus, tmp_path)
+    if edit in SIDECAR_EDITS:
+        target = Path(group_file(str(cache), 1, ".json"))
+        _edit_json(target, SIDECAR_EDITS[edit])
+    else:
+        target = cache / "tokens.json"
+        _edit_json(target, MANIFEST_EDITS[edit])
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache)
+    _one_line_error(_cli("create", args), target.name)
+    if edit in SIDECAR_EDITS:  # the same tokenize command remakes the group (a kept one is checked first)
+        assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4), "--quiet"]) == 0
+        assert _cli("create", args + ["--overwrite"]).returncode == 0
+
+
+def test_a_group_copied_in_from_another_cache_is_refused(corpus, tmp_path: Path) -> None:
+    """The same plan (same file names, sizes and flags) over other text: its group's files are a
+    consistent set (sidecar, checksum), but not the ones this cache's manifest recorded."""
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(corpus["metadata"].parent, other)
+    document = other / "docs" / "doc005.txt"
+    text = document.read_text()
+    document.write_text(text.replace(" the ", " and ", 1) if " the " in text else text.upper())
+    metadata = other / corpus["metadata"].name
+    other_cache = tmp_path / "other-cache"
+    other_corpus = dict(corpus, metadata=metadata)
+    assert bert_data_main(["tokenize", *_tokenize_args(other_corpus, other_cache, split_num=4), "--quiet"]) == 0
+    cache = _copy_cache(corpus, tmp_path)
+    differing = [g for g in range(4) if Path(group_file(str(cache), g, ".bin")).read_bytes()
+                 != Path(group_file(str(other_cache), g, ".bin")).read_bytes()]
+    assert differing
+    for suffix in (".bin", ".idx", ".json"):
+        shutil.copy(group_file(str(other_cache), differing[0], suffix), group_file(str(cache), differing[0], suffix))
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache)
+    _one_line_error(_cli("create", args), "not the sidecar the cache recorded")
+
+
+def test_tokenize_into_a_directory_of_other_files_is_one_line(corpus, tmp_path: Path) -> None:
+    directory = tmp_path / "notes"
+    directory.mkdir()
+    (directory / "notes.txt").write_text("mine\n")
+    for extra in ([], ["--overwrite"]):
+        _one_line_error(_cli("tokenize", _tokenize_args(corpus, directory, split_num=4) + extra), "notes.txt", "empty or new")
+    assert sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("target, kind", [

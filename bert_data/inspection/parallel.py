@@ -27,7 +27,7 @@ import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import RecordFormatError
+from ..errors import RecordFormatError, start_resource_tracker
 from ..format.example_wire import parse_example
 from ..format.tfrecord import iter_records
 from . import InspectError
@@ -182,6 +182,7 @@ def read_files_in_parallel(
     states = _start_states(tasks)
     if states is None:
         return None
+    start_resource_tracker()  # (one that outlives a hang-up: bert_data.errors)
     context = multiprocessing.get_context("spawn")  # not fork: the caller may hold threads
     counters = context.Array("q", 2)
     claims = context.Array("q", [0, len(tasks)])

@@ -62,13 +62,17 @@ def read_journal(path: str) -> Dict:
 Refusal = Callable[[str, str], Exception]
 
 
-def read_json_object(path: str, refuse: Refusal = damaged, follow_links: bool = False) -> Dict:
+def read_json_object(path: str, refuse: Refusal = damaged, follow_links: bool = False,
+                     on_bytes: Optional[Callable[[bytes], None]] = None) -> Dict:
     """The one reader of the small JSON files bert_data writes and reads back (journals, the
     token cache's manifest and sidecars): a JSON object, or ``refuse(path, what)`` raised, never a
     hang on a FIFO or device, never a whole huge file read, never a traceback on bytes that are
     not UTF-8 or nested too deeply. ``follow_links``: a symbolic link to a regular file is read
-    (a journal never is one: it is refused there)."""
+    (a journal never is one: it is refused there). ``on_bytes`` is given the bytes read (to
+    checksum the file that was parsed, not a second read of it)."""
     raw = _read_remote(path, refuse) if storage.is_remote(path) else _read_local(path, refuse, follow_links)
+    if on_bytes is not None:
+        on_bytes(raw)
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -203,13 +207,14 @@ def resume_point(
     settings (its manifest). Raises :class:`ResumeError` when there is nothing to resume or it is
     another run. ``started()`` says whether a run began there without writing its ``run.json``."""
     run_file = storage.join(work_dir, RUN_FILE)
+    manifest_path = storage.join(output_dir, MANIFEST_NAME)
+    if _exists(manifest_path):  # the commit point was passed (what is left of the work directory is garbage: the
+        # commit writes the manifest, then removes it); read like a journal: a damaged one is said as such
+        check_same_run(settings, read_journal(manifest_path), manifest_path, finished=True)
+        return None
     if not _exists(run_file):
         if started():  # killed between making the work directory and its run.json
             raise damaged(run_file, "missing: the run was stopped before it started")
-        manifest_path = storage.join(output_dir, MANIFEST_NAME)
-        if _exists(manifest_path):  # read like a journal: a damaged one is said as such
-            check_same_run(settings, read_journal(manifest_path), manifest_path, finished=True)
-            return None
         raise ResumeError(f"--resume: no interrupted run in {output_dir} (nothing to continue); run without --resume")
     previous = read_journal(run_file)
     check_same_run(settings, previous, run_file)

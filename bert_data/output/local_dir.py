@@ -25,14 +25,14 @@ import time
 from collections import Counter
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ..errors import OutputError, ResumeError, plural
+from ..errors import BertDataError, OutputError, ResumeError, plural
 from ..faults import crash_point
 from ..format.containers import CONTAINERS, is_rewriting, require_concatenation
 from ..format.manifest import ManifestError, listed_shard_names, load_manifest
 from ..identity import written_over_input
-from ..storage import is_remote, local_path_of, write_bytes, write_json_atomically
+from ..storage import is_remote, join as join_path, local_path_of, write_bytes, write_json_atomically
 from .fragment import Segment, copy_range
-from .journal import check_progress, damaged, read_journal, resume_point
+from .journal import check_progress, damaged, read_journal, read_json_object, resume_point
 from .lock import output_lock
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
@@ -136,11 +136,14 @@ def run_inputs(config) -> List[Tuple[str, str]]:
     return named
 
 
-def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Optional[Mapping]) -> List[str]:
+def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Optional[Mapping],
+                   interrupted: Optional[Mapping] = None) -> List[str]:
     """The entries of an output directory a fresh run removes (with ``--overwrite``) or replaces:
-    the manifest, the files named like this run's shards (and its format's sidecar file), and the shards the previous run's
+    the manifest, the files named like this run's shards (and its format's sidecar file), the shards the previous run's
     manifest (``previous``, its JSON object) lists, whatever their ``--name``, so that no reader
-    finds them beside the new run's (:func:`~bert_data.format.manifest.listed_shard_names`)."""
+    finds them beside the new run's (:func:`~bert_data.format.manifest.listed_shard_names`), and
+    the files named like the shards of an interrupted run (``interrupted``: its ``run.json``
+    settings), whatever its ``--name`` and ``--output_format`` (it may have published some)."""
     listed = set(listed_shard_names(previous, suffix)) if previous is not None else set()
     if previous is not None:  # a previous run of another --output_format: its files and sidecar
         earlier = CONTAINERS.get(str(previous.get("output_format", "tfrecord")))
@@ -148,10 +151,26 @@ def replaced_files(entries: Iterable[str], name: str, suffix: str, previous: Opt
             listed.update(listed_shard_names(previous, earlier.suffix))
         if earlier is not None and getattr(earlier, "sidecar", None):
             listed.add(earlier.sidecar)
+    patterns = [(name, suffix)]
+    if interrupted is not None:
+        container = CONTAINERS.get(str(interrupted.get("output_format", "tfrecord")))
+        if container is not None and isinstance(interrupted.get("name"), str):
+            patterns.append((interrupted["name"], container.suffix))
+            if getattr(container, "sidecar", None):
+                listed.add(container.sidecar)
     current = next((c for c in CONTAINERS.values() if c.suffix == suffix), None)  # this run's format
     if getattr(current, "sidecar", None):  # the file beside the shards it writes (MDS's index.json)
         listed.add(current.sidecar)
-    return [e for e in entries if e == MANIFEST_NAME or is_shard_of(e, name, suffix) or e in listed]
+    return [e for e in entries if e == MANIFEST_NAME or e in listed or any(is_shard_of(e, n, x) for n, x in patterns)]
+
+
+def interrupted_run(work_dir: str) -> Optional[Mapping]:
+    """The settings (``run.json``) of the interrupted run in ``work_dir``, or None (none there, or
+    unreadable: then its files are not known, only this run's name pattern)."""
+    try:
+        return read_json_object(join_path(work_dir, RUN_FILE))
+    except (BertDataError, OSError):
+        return None
 
 
 def refuse_replacing_inputs(
@@ -200,10 +219,11 @@ def prepare_output_dir(
             previous = load_manifest(output_dir)
         except ManifestError:
             previous = None  # unreadable: only this run's name pattern is known to be ours
-        doomed = replaced_files(entries, name, suffix, previous.data if previous is not None else None)
+        doomed = replaced_files(entries, name, suffix, previous.data if previous is not None else None,
+                                interrupted_run(work_dir) if os.path.isdir(work_dir) else None)
         refuse_replacing_inputs(output_dir, [os.path.join(output_dir, e) for e in doomed], work_dir, inputs)
         if not overwrite:
-            if os.path.isdir(work_dir):
+            if os.path.isdir(work_dir) and MANIFEST_NAME not in entries:  # (with a manifest: finished, its commit cut short)
                 raise OutputError(
                     f"--output_dir {output_dir} holds an interrupted run; pass --resume to continue it "
                     f"or --overwrite to start over"
@@ -307,7 +327,8 @@ class LocalDirOutput:
         config = self.config
         if config.resume:
             state = load_resume_state(self.output_dir, settings, self.container.suffix)
-            if state is None:
+            if state is None:  # complete: a work directory a kill during the commit left behind goes now
+                shutil.rmtree(self.work_dir, ignore_errors=True)
                 return None
             self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state)
             self.next_group = state["next_group"]
@@ -381,9 +402,13 @@ class LocalDirOutput:
         return per_file
 
     def commit(self, manifest: Mapping) -> Dict:
-        """The work directory goes, then the manifest is written: the commit point."""
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        """The manifest is written (the commit point), then the work directory goes. In that
+        order: a kill while the work directory is being removed (a non-atomic rmtree) leaves a
+        finished output, which ``--resume`` recognises by its manifest and tidies, never a journal
+        missing half its files."""
         write_json_atomically(os.path.join(self.output_dir, MANIFEST_NAME), manifest)
+        crash_point("committed", 0)  # test hook: killed with the manifest written, the work directory not yet removed
+        shutil.rmtree(self.work_dir, ignore_errors=True)
         return dict(manifest)
 
     def discard(self) -> None:

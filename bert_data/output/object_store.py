@@ -38,7 +38,7 @@ from ..faults import crash_point
 from ..format.containers import is_rewriting, require_concatenation
 from .fragment import COPY_CHUNK, copy_runs
 from .journal import load_index, resume_point
-from .local_dir import refuse_replacing_inputs, replaced_files, run_inputs
+from .local_dir import interrupted_run, refuse_replacing_inputs, replaced_files, run_inputs
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
 from .scratch import scratch_dir
@@ -59,7 +59,8 @@ def prepare_remote_output_dir(
     top = storage.listing(storage.join(output_dir, "*"))
     work = _work_files(work_dir)
     by_name = {p.rstrip("/").rsplit("/", 1)[-1]: p for p in top}
-    doomed = replaced_files(by_name, name, suffix, _previous_manifest(output_dir) if MANIFEST_NAME in by_name else None)
+    doomed = replaced_files(by_name, name, suffix, _previous_manifest(output_dir) if MANIFEST_NAME in by_name else None,
+                            interrupted_run(work_dir) if work else None)
     refuse_replacing_inputs(output_dir, [by_name[e] for e in doomed] + work, work_dir, inputs)
     if (top or work) and not overwrite:
         raise OutputError(
@@ -231,6 +232,8 @@ class ObjectStoreOutput:
             storage.write_json_atomically(storage.join(self.work_dir, RUN_FILE), dict(settings))
             return Counter()
         if resume_point(self.output_dir, self.work_dir, settings) is None:
+            if _work_files(self.work_dir):  # left by a kill during the commit
+                remove_remote_work_dir(self.work_dir)
             return None
         self.index = load_index(self.work_dir)
         stats: Counter = Counter()
@@ -259,8 +262,11 @@ class ObjectStoreOutput:
         return assemble_shards(self.output_dir, self.work_dir, self.shard_names, self.index)
 
     def commit(self, manifest: Mapping) -> Dict:
+        """The manifest (the commit point), then the work directory's objects are deleted: a kill
+        between leaves a finished output, tidied by ``--resume``."""
+        storage.write_json_atomically(storage.join(self.output_dir, MANIFEST_NAME), manifest)
+        crash_point("committed", 0)
         remove_remote_work_dir(self.work_dir)
-        storage.write_json_atomically(storage.join(self.output_dir, MANIFEST_NAME), manifest)  # the commit point
         return dict(manifest)
 
     def discard(self) -> None:

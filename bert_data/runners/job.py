@@ -28,7 +28,7 @@ import tempfile
 from typing import Callable, Dict, Optional, Sequence
 
 from ..config import Config, output_settings
-from ..errors import NOTHING_WRITTEN, BertDataError, OutputError
+from ..errors import NOTHING_WRITTEN, BertDataError, OutputError, ResumeError, start_resource_tracker
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..metadata import MetadataSummary
 from ..output.outputs import Output, open_output
@@ -112,6 +112,25 @@ def next_step(config: Optional[Config]) -> str:
     return NOTHING_WRITTEN
 
 
+def error_line(exc: BertDataError, config: Optional[Config]) -> str:
+    """A run's error line (a damaged token cache, an unreadable document, ...), with the way on
+    when it stopped after its journal was written: the same command alone is refused then ("holds
+    an interrupted run"), so the line says --resume (a line about the journal or the output
+    itself, which names its own way on, is left as it is)."""
+    message = str(exc)
+    if config is None or config.runner == "beam" or "--resume" in message or isinstance(exc, (ResumeError, OutputError)):
+        return message
+    for part in split_configs(config).values():
+        try:
+            journal = storage_exists(storage_join(storage_join(part.output_dir, WORK_DIR_NAME), RUN_FILE))
+            finished = storage_exists(storage_join(part.output_dir, MANIFEST_NAME))
+        except Exception:  # noqa: BLE001 - a store that cannot be reached now: the line as it is
+            return message
+        if journal and not finished:
+            return f"{message}; what was made so far is kept: once that is fixed, continue with --resume (same flags)"
+    return message
+
+
 def _resumable(part: Config, parts: int) -> Config:
     """``--resume`` of a train/validation job killed before its second half began: that half
     has nothing to resume yet, so it simply starts (the pair is always complete or resumable)."""
@@ -159,6 +178,7 @@ def _run(config: Config, vocab: Dict[str, int], on_group: Optional[ProgressCallb
             config, summary = plan_run(config, spool_path)  # with the NSP negative pool the workers build
             import multiprocessing
 
+            start_resource_tracker()  # (before the first shared resource: one that outlives a hang-up)
             bytes_read = multiprocessing.get_context("spawn").RawValue("q", 0)  # (a shared-memory file)
         except OSError as exc:
             if exc.errno not in _NO_ROOM and not str(exc.filename or "").startswith(plan_dir):

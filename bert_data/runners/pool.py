@@ -230,4 +230,7 @@ def worker_context():
     Ctrl-C while it forks could leave a half-started worker printing a traceback.)"""
     import multiprocessing
 
+    from ..errors import start_resource_tracker
+
+    start_resource_tracker()
     return multiprocessing.get_context("spawn")

@@ -33,6 +33,8 @@ from ..format.containers import container_for
 from ..group import document_separator_id
 from ..token_cache import check_cache
 from ..output.object_store import check_remote_writable
+from ..identity import package_version
+from ..sentences import segmenter_identity
 
 log = logging.getLogger("bert_data")
 
@@ -205,31 +207,13 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     )
 
 
-def _package_version(package: str) -> str:
-    from importlib import metadata as package_metadata
-
-    try:
-        return package_metadata.version(package)
-    except package_metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def segmenter_identity(config: Config) -> str:
-    """Which sentence segmenter (and version) a run uses: recorded, and compared by --resume and --from_tokens."""
-    version = _package_version
-    return "lines" if config.lines_are_sentences else (
-        f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
-        + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
-    )
-
-
 def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, str]:
     """Everything besides the settings that determines the output bytes: a resumed run must see
     the same, or it would mix two corpora (or two vocabularies) in one output."""
     from .. import __version__
     from ..format.manifest import file_sha256
 
-    version = _package_version
+    version = package_version
     segmenter = segmenter_identity(config)
     return {
         "metadata_sha256": summary.metadata_sha256,

@@ -25,20 +25,21 @@ import os
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import Config
-from ..errors import BertDataError
+from ..errors import BertDataError, plural
 from ..format.indexed import token_dtype
 from ..group import Resources, StageClock, tokenized_units
 from ..metadata import MetadataSummary, WorkItem
 from ..output.journal import read_json_object
 from ..output.lock import output_lock
+from ..output.naming import LOCK_NAME
 from ..output.scratch import remove_stale_scratch, scratch_context, scratch_dir
 from ..negatives import build_pool
 from ..token_cache import (
     CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, cached_pool,
-    group_done, plan_digest, pool_path, read_sidecar, stats_delta, write_group_cache,
+    group_done, group_file, manifest_fault, plan_digest, pool_identity, pool_path, read_sidecar, stats_delta, write_group_cache,
 )
 from ..storage import write_json_atomically
 from .plan import plan_run, planned_groups
@@ -97,8 +98,9 @@ def _keep_pool(resources: Resources, directory: str) -> TokenizedGroupFiles:
     build it and kept in the cache under the name a run from the cache looks for."""
     config = resources.config
     seconds: Counter = Counter()
+    vocab = resources.tokenizer.vocab
     with StageClock(seconds)("pool"):
-        cached_pool(directory, config.negative_pool, lambda: build_pool(
+        cached_pool(directory, config.negative_pool, pool_identity(config, vocab), len(vocab), lambda: build_pool(
             config.negative_pool, resources.read_options, config.input_files_prefix, config.metadata_files,
             resources.segmenter, resources.tokenizer))
     return TokenizedGroupFiles(POOL_TASK, {}, Counter(), seconds)
@@ -116,7 +118,16 @@ def run_tokenize(config: Config) -> Dict[str, Any]:
         inputs = input_fingerprints(config, summary, config.vocab_file)
         identity = {"settings": cache_settings(config), "inputs": {k: inputs[k] for k in CACHE_INPUTS}}
         finished = _prepare(config, identity)
-        pool_task = [] if _pool_kept(config, directory) else [(POOL_TASK, [])]
+        damaged = None if finished is None else _damaged_groups(directory, finished, planned_groups(config, spool))
+        if damaged is not None:  # (the manifest is written anew: after remaking these groups, if any)
+            if damaged:
+                log.warning("%s: %s of the token cache damaged or missing: made again", directory, plural(len(damaged), "group"))
+            write_json_atomically(os.path.join(directory, CACHE_RUN_FILE), identity)  # (unfinished again: manifest last)
+            _remove(os.path.join(directory, CACHE_MANIFEST))
+            for group_index in damaged:  # (a group without its sidecar is made again)
+                _remove(group_file(directory, group_index, ".json"))
+            finished = None
+        pool_task = [] if _pool_kept(config, directory, startup.vocab) else [(POOL_TASK, [])]
         if finished is not None:
             for _ in run_groups(config, iter(pool_task), directory, make=tokenize_group_files):
                 pass  # (a finished cache asked for another --seed: only its pool is made)
@@ -166,10 +177,25 @@ def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]
         expected += 1
 
 
-def _pool_kept(config: Config, directory: str) -> bool:
+def _damaged_groups(directory: str, manifest: Dict[str, Any], groups: Iterator[Tuple[int, List[WorkItem]]]
+                    ) -> Optional[List[int]]:
+    """None when a finished cache's every group is there as its manifest records it (sidecar,
+    sizes, checksums); else the groups to make again (what "the same command completes it"
+    promises after a damaged file), and the manifest is written anew. A manifest that cannot be
+    trusted (damaged, of another version) has every intact group kept and recorded again."""
+    planned = list(groups)
+    trusted = not manifest_fault(manifest) and manifest.get("version") == CACHE_VERSION and len(manifest["groups"]) == len(planned)
+    found = [(g, group_done(directory, g, plan_digest(items))) for g, items in planned]
+    if not trusted:
+        return [g for g, done in found if done is None]
+    damaged = [g for g, done in found if done != manifest["groups"][g]]
+    return damaged or None
+
+
+def _pool_kept(config: Config, directory: str, vocab: Dict[str, int]) -> bool:
     """Whether ``directory`` already holds the negative pool of this run's ``--seed`` (a readable
     one or not: a damaged file is made again by the first run that reads it)."""
-    return not config.negative_pool or os.path.isfile(pool_path(directory, config.negative_pool))
+    return not config.negative_pool or os.path.isfile(pool_path(directory, config.negative_pool, pool_identity(config, vocab)))
 
 
 def _sidecar_stats(directory: str, group_index: int) -> Counter:
@@ -193,7 +219,7 @@ def _prepare(config: Config, identity: Dict[str, Any]):
         recorded = _read_json(path)
         if recorded is None:
             continue
-        inputs = recorded.get("inputs") or {}
+        inputs = recorded.get("inputs") if isinstance(recorded.get("inputs"), dict) else {}
         if {"settings": recorded.get("settings"), "inputs": {k: inputs.get(k) for k in identity["inputs"]}} == identity:
             if path == manifest_path:
                 return recorded
@@ -202,12 +228,17 @@ def _prepare(config: Config, identity: Dict[str, Any]):
             f"--output_dir {directory} holds {what} of other settings or inputs ({path}); pass --overwrite to "
             f"replace it, or use another --output_dir"
         )
+    foreign = sorted(set(os.listdir(directory)) - {os.path.basename(p) for p in _cache_files(directory)} - {LOCK_NAME})
+    if foreign:  # (a cache is not mixed into a directory of other files; --overwrite never removes them)
+        raise TokenCacheError(
+            f"--output_dir {directory} holds files that are not a token cache's ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); pass an empty or new directory")
     write_json_atomically(run_path, identity)
     return None
 
 
 def _cache_files(directory: str) -> List[str]:
-    names = [CACHE_MANIFEST, CACHE_RUN_FILE]
+    names = [CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_MANIFEST + ".tmp", CACHE_RUN_FILE + ".tmp"]  # (.tmp: write_json_atomically's)
     patterns = ("g[0-9]*.bin", "g[0-9]*.idx", "g[0-9]*.json", "g[0-9]*.tmp", "pool-*.npz", "pool-*.tmp")  # pool: token_cache.cached_pool
     return [os.path.join(directory, n) for n in names] + [p for pattern in patterns for p in glob.glob(os.path.join(directory, pattern))]
 

@@ -244,7 +244,7 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("bert_data").setLevel(level)  # even when logging was configured before main()
     config = None
-    from ..runners.job import next_step, run_job
+    from ..runners.job import error_line, next_step, run_job
 
     try:
         config = config_from_args(args)
@@ -257,7 +257,7 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
             manifests = run_job(config, on_group=progress.update, on_start=progress.start, pipeline_args=pipeline_args)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
-        return print_error(prog, str(exc), exc.exit_code)
+        return print_error(prog, error_line(exc, config), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
         return stopped(prog, exc, next_step(config))
     except OSError as exc:  # the last resort (the runner names what it knows): still one line

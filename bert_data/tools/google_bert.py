@@ -323,7 +323,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _run(values, state)
     except BertDataError as exc:
-        return print_error(PROG, _in_bert_terms(str(exc)), exc.exit_code)
+        from ..runners.job import error_line
+
+        return print_error(PROG, _in_bert_terms(error_line(exc, state.get("config"))), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
         from ..runners.job import next_step
 
