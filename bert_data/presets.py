@@ -165,6 +165,16 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
     return data
 
 
+# Settings whose default is "" (none) that a given, empty value must not silently fall back to: an
+# empty --from_tokens read the text instead of the cache, an empty --scheduler_address started a
+# LocalCluster on this machine instead of reaching the cluster.
+EMPTY_IS_NOT_UNSET = {
+    "from_tokens": "the token cache's directory (bert-data tokenize --output_dir DIR)",
+    "scheduler_address": "the scheduler's tcp://HOST:PORT",
+    "scheduler_file": "the scheduler file's path",
+}
+
+
 def build_config(
     overrides: Mapping[str, Any],
     config_file: Optional[str] = None,
@@ -179,6 +189,9 @@ def build_config(
     if config_file is not None:
         values.update(load_yaml_config(resolve_config(config_file)))
     values.update({k: v for k, v in overrides.items() if v is not None})
+    for name, what in EMPTY_IS_NOT_UNSET.items():
+        if isinstance(values.get(name), str) and not values[name].strip():
+            raise ConfigError(f"--{name} is empty (an unset shell variable?): give {what}, or leave it out")
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")

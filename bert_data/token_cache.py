@@ -386,7 +386,9 @@ def manifest_fault(manifest: Mapping[str, Any]) -> str:
 def load_cache_manifest(directory: str) -> Dict[str, Any]:
     path = os.path.join(directory, CACHE_MANIFEST)
     if not os.path.isdir(directory):
-        raise TokenCacheError(f"--from_tokens {directory}: no such directory; make it with bert-data tokenize --output_dir {directory}")
+        what = "not a directory (a token cache is the directory `bert-data tokenize --output_dir` made)" \
+            if os.path.lexists(directory) else f"no such directory; make it with bert-data tokenize --output_dir {directory}"
+        raise TokenCacheError(f"--from_tokens {directory}: {what}")
     manifest = read_cache_json(path, f"--from_tokens {directory}: ",
                                "not a token cache, or bert-data tokenize did not finish")
     if manifest.get("format") != CACHE_FORMAT:

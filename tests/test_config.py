@@ -488,3 +488,15 @@ def test_input_encodings_that_cannot_decode_documents_are_refused(encoding, line
 @pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "cp1252", "utf-16", "utf-32", "shift_jis", "utf-8-sig"])
 def test_character_encodings_are_accepted(encoding):
     assert build_config(dict(REQUIRED, input_encoding=encoding)).input_encoding == encoding
+
+
+@pytest.mark.parametrize("flag, extra", [("from_tokens", []), ("scheduler_address", ["--runner", "dask"]),
+                                         ("scheduler_file", ["--runner", "dask"])])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_flag_whose_default_is_none_is_refused_not_taken_as_unset(tmp_path, flag, extra, value) -> None:
+    """`--from_tokens=$CACHE` with the variable unset read the text instead; an empty
+    --scheduler_address started a LocalCluster here instead of reaching the cluster."""
+    args = build_parser().parse_args(["--metadata_files", "m.txt", "--vocab_file", "v.txt", "--output_dir",
+                                      str(tmp_path / "o"), f"--{flag}={value}", *extra])
+    with pytest.raises(ConfigError, match=f"--{flag} is empty \\(an unset shell variable\\?\\)"):
+        config_from_args(args, require_inputs=False)

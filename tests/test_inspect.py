@@ -445,6 +445,7 @@ def test_resolve_inputs_globs_and_natural_order(tmp_path):
         (["{tmp}/nope.tfrecords"], "no such file or directory"),
         (["{tmp}/*.nothing"], "no file matches"),
         (["{tmp}/empty"], "holds no *.tfrecords files"),
+        (["{tmp}/unfinished"], "an unfinished run (its work directory .bert_data_work is there"),
         (["{tmp}/a.tfrecords"], "no vocabulary: pass --vocab_file"),
         (["{tmp}/a.tfrecords", "--vocab_file", "{tmp}/missing.txt"], "does not exist"),
         (["{tmp}/a.tfrecords", "--vocab_file", "{vocab}", "-n", "-1"], "-n must be >= 0"),
@@ -453,6 +454,7 @@ def test_resolve_inputs_globs_and_natural_order(tmp_path):
 )
 def test_cli_errors_exit_2(tmp_path, vocab, capsys, argv, message):
     (tmp_path / "empty").mkdir()
+    (tmp_path / "unfinished" / ".bert_data_work").mkdir(parents=True)  # (a Parquet run's, killed: no shard of ours)
     write_records(tmp_path / "a.tfrecords", [REC1])
     argv = [a.format(tmp=tmp_path, vocab=vocab) for a in argv]
     code, _, err = run(capsys, *argv)

@@ -367,6 +367,13 @@ def test_a_group_copied_in_from_another_cache_is_refused(corpus, tmp_path: Path)
     _one_line_error(_cli("create", args), "not the sidecar the cache recorded")
 
 
+def test_from_tokens_naming_a_file_says_it_is_not_a_directory(corpus, tmp_path: Path) -> None:
+    target = tmp_path / "tokens.json"
+    target.write_text("{}")
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=target)
+    _one_line_error(_cli("create", args), "not a directory")
+
+
 def test_tokenize_into_a_directory_of_other_files_is_one_line(corpus, tmp_path: Path) -> None:
     directory = tmp_path / "notes"
     directory.mkdir()

@@ -35,7 +35,7 @@ from ..format.manifest import (
 )
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
-from ..output.naming import natural_key, shard_glob
+from ..output.naming import MANIFEST_NAME, WORK_DIR_NAME, natural_key, shard_glob
 from ..storage import file_kind
 from . import InspectError
 
@@ -122,6 +122,9 @@ def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> T
     for p in paths:
         if os.path.isdir(p):
             found = directory_files(p, notes)
+            if not found and os.path.isdir(os.path.join(p, WORK_DIR_NAME)) and not os.path.exists(os.path.join(p, MANIFEST_NAME)):
+                raise InspectError(f"{p}: an unfinished run (its work directory {WORK_DIR_NAME} is there, its "
+                                   f"{MANIFEST_NAME} not yet): finish it with the same create_tfrecords command and --resume")
             if not found:
                 raise InspectError(f"{p}: directory holds no {shard_glob()} files")
             dirs.append(os.path.realpath(p))
