@@ -100,25 +100,25 @@ def raise_on_sigterm() -> None:
 
 def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker (the process that unlinks a run's shared memory and
-    semaphores at its end) now, with SIGHUP and SIGXCPU ignored: it ignores SIGINT and SIGTERM
-    itself but died of a closed terminal's hang-up, sent to the whole process group, and was
-    relaunched without the run's resources, printing a warning and a traceback per semaphore
-    after the run's one line. An ignored disposition outlives the exec; the caller's handlers are
-    put back at once. Call before the first shared Value, Array or process pool."""
+    semaphores at its end) with SIGHUP and SIGXCPU blocked, which it inherits and keeps: it
+    ignores SIGINT and SIGTERM itself but died of a closed terminal's hang-up (sent to the whole
+    process group), and its replacement printed a warning and a traceback per semaphore after the
+    run's one line. Blocked, not ignored, in the caller: a hang-up meanwhile is delivered when
+    the mask is restored (any thread may call this; a running tracker is left as it is). Call
+    before the first shared Value, Array or process pool."""
     import signal
-    import threading
     from multiprocessing import resource_tracker
 
-    if threading.current_thread() is not threading.main_thread():
+    block = getattr(signal, "pthread_sigmask", None)
+    hangups = {getattr(signal, name) for name in ("SIGHUP", "SIGXCPU") if hasattr(signal, name)}
+    if block is None or not hangups:  # pragma: no cover - Windows
         resource_tracker.ensure_running()
         return
-    names = [name for name in ("SIGHUP", "SIGXCPU") if hasattr(signal, name)]
-    previous = {name: signal.signal(getattr(signal, name), signal.SIG_IGN) for name in names}
+    previous = block(signal.SIG_BLOCK, hangups)
     try:
         resource_tracker.ensure_running()
     finally:
-        for name, handler in previous.items():
-            signal.signal(getattr(signal, name), handler)
+        block(signal.SIG_SETMASK, previous)
 
 
 def print_error(prog: str, message: str, code: int = 2) -> int:

@@ -188,10 +188,10 @@ def build_config(
     values: Dict[str, Any] = {}
     if config_file is not None:
         values.update(load_yaml_config(resolve_config(config_file)))
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    for name, what in EMPTY_IS_NOT_UNSET.items():
-        if isinstance(values.get(name), str) and not values[name].strip():
+    for name, what in EMPTY_IS_NOT_UNSET.items():  # (given as a flag: a preset, --print_config's included, writes "" for none)
+        if isinstance(overrides.get(name), str) and not overrides[name].strip():
             raise ConfigError(f"--{name} is empty (an unset shell variable?): give {what}, or leave it out")
+    values.update({k: v for k, v in overrides.items() if v is not None})
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")

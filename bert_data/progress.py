@@ -61,6 +61,7 @@ class RunProgress:
         self.documents_read = 0
         self.instances = 0
         self.bytes_done = 0  # input bytes of finished groups
+        self.last_group = -1  # the highest group index a result came for
         self._live: Any = None
         self._bar: Any = None
         self._stop = threading.Event()
@@ -71,6 +72,7 @@ class RunProgress:
         self.close()
         self._stop.clear()
         self.groups_done = self.documents_read = self.instances = self.bytes_done = 0
+        self.last_group = -1
         self.total = int(summary.total_bytes)
         self.groups = int(getattr(summary, "groups", 0))
         self._live = live
@@ -106,8 +108,10 @@ class RunProgress:
     @property
     def publishing(self) -> bool:
         """Every group is in: the run is publishing its shards (renames; for Parquet, MDS and HDF5
-        the rewrite of every shard, which can take minutes on a large run)."""
-        return bool(self.groups) and self.groups_done >= self.groups
+        the rewrite of every shard, which can take minutes on a large run). Results come in
+        group order, so the last planned group's result says so, also when a resumed run made
+        only the groups after its journal's."""
+        return bool(self.groups) and (self.groups_done >= self.groups or self.last_group >= self.groups - 1)
 
     def update(self, result: Any) -> None:
         stats = result.stats
@@ -115,16 +119,18 @@ class RunProgress:
         self.instances += int(stats.get("instances", 0))
         self.bytes_done += int(stats.get("input_bytes", 0))
         self.groups_done += 1
+        self.last_group = max(self.last_group, int(getattr(result, "group_index", -1)))
         if self._bar is None:
             return
         self._bar.set_postfix_str(self.postfix(), refresh=False)
         self._advance()
 
-    def postfix(self) -> str:
+    def _counts(self) -> str:
         text = format_postfix(self.documents_read, self.groups_done, self.instances)
-        if not self.groups:
-            return text
-        return f"{text}/{self.groups:,}" + (", publishing the shards" if self.publishing else "")
+        return f"{text}/{self.groups:,}" if self.groups else text
+
+    def postfix(self) -> str:
+        return self._counts() + (", publishing the shards" if self.publishing else "")
 
     def close(self) -> None:
         self._stop.set()
@@ -133,6 +139,7 @@ class RunProgress:
             self._thread = None
         if self._bar is not None:
             self._advance()
+            self._bar.set_postfix_str(self._counts(), refresh=False)  # (the finished line: no "publishing")
             self._bar.close()
             self._bar = None
 

@@ -145,11 +145,13 @@ def _checksum(data: bytes, index: bytes) -> str:
 
 
 def group_done(directory: str, group_index: int, digest: str) -> Optional[Dict[str, Any]]:
-    """What the manifest records of a group already tokenized for this plan and intact (its
-    sidecar whole, its files of the recorded sizes and checksum), or None (to make, or remake)."""
+    """What the manifest records of a group already tokenized for this plan (its sidecar whole,
+    its files there with the recorded sizes), or None (to make, or remake). The tokens are not
+    re-read (a finished cache of hundreds of GB is checked in a moment): a run that finds a
+    group's checksum wrong names its sidecar to remove, and then this remakes the group."""
     try:
         sidecar = read_sidecar(directory, group_index, digest)
-        read_group_bytes(directory, group_index, sidecar)
+        check_group_files(directory, group_index, sidecar)
     except TokenCacheError:
         return None
     return {"bin_bytes": sidecar["bin_bytes"], "idx_bytes": sidecar["idx_bytes"], "sidecar_blake2b": sidecar[SIDECAR_DIGEST]}
@@ -179,7 +181,7 @@ def _sidecar_fault(sidecar: Mapping[str, Any]) -> str:
         return "units is not a list"
     for entry in units:
         if not (isinstance(entry, dict) and _whole(entry.get("unit")) and _whole(entry.get("documents"))
-                and _counters(entry.get("stats")) and (entry.get("origins") is None or isinstance(entry.get("origins"), str))):
+                and _counters(entry.get("stats")) and isinstance(entry.get("origins"), str)):  # (tokenize keeps origins)
             return "a unit's entry is not one this version writes"
     return ""
 
@@ -232,7 +234,9 @@ def read_group_bytes(directory: str, group_index: int, sidecar: Mapping[str, Any
     with open(bin_path, "rb") as handle:
         raw_tokens = handle.read()
     if _checksum(raw_tokens, raw_index) != sidecar.get("blake2b"):
-        raise TokenCacheError(f"--from_tokens: {bin_path} or {idx_path} is damaged (checksum differs); {RETOKENIZE}")
+        raise TokenCacheError(
+            f"--from_tokens: {bin_path} or {idx_path} is damaged (checksum differs); remove "
+            f"{group_file(directory, group_index, '.json')} and run bert-data tokenize again (the same command remakes that group)")
     return raw_tokens, raw_index
 
 
@@ -317,13 +321,25 @@ def _read_pool(path: str, vocab_size: int) -> NegativePool:
     if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         raise ValueError("ids outside the vocabulary")
     for bounds, end in ((offsets, len(ids)), (doc_starts, len(offsets) - 1)):
+        bounds = bounds.astype(np.int64)  # (a difference of unsigned offsets would wrap round, never negative)
         if not len(bounds) or bounds[0] != 0 or bounds[-1] != end or (len(bounds) > 1 and (np.diff(bounds) < 0).any()):
             raise ValueError("offsets that do not cut the ids")
     if len(origins) != len(doc_starts) - 1:
         raise ValueError("origins of another length")
     if not isinstance(facts, dict) or sorted(facts) != sorted(POOL_FACTS) or not all(type(v) is int for v in facts.values()):
         raise ValueError("facts of another kind")
+    if facts["negative_pool.tokens"] != len(ids) or facts["negative_pool.documents"] != len(origins):
+        raise ValueError("facts that do not count the arrays")  # (they are the manifest's negative_pool.*)
     return NegativePool(ids, offsets.tolist(), doc_starts.tolist(), origins.astype(np.uint64).tolist(), facts)
+
+
+def pool_is_kept(directory: str, spec: str, identity: str, vocab_size: int) -> bool:
+    """Whether the cache holds a whole, readable pool of ``spec`` and ``identity``."""
+    try:
+        _read_pool(pool_path(directory, spec, identity), vocab_size)
+    except Exception:  # noqa: BLE001 - whatever keeps it from being read (as cached_pool judges)
+        return False
+    return True
 
 
 def cached_pool(directory: str, spec: str, identity: str, vocab_size: int, build: Callable[[], NegativePool]) -> NegativePool:
@@ -369,9 +385,14 @@ def read_cache_json(path: str, where: str, if_missing: str, on_bytes=None) -> Di
 
 
 def manifest_fault(manifest: Mapping[str, Any]) -> str:
-    """What is wrong with a cache manifest's fields ("" when nothing)."""
+    """What is wrong with a cache manifest's fields ("" when nothing): every field a run or
+    ``tokenize`` reads, of the type it relies on."""
     if not isinstance(manifest.get("settings"), dict):
         return "settings is not a mapping"
+    if not all(isinstance(manifest.get(k), str) for k in ("vocab_file", "dtype")) or not _whole(manifest.get("bytes")):
+        return "vocab_file, dtype or bytes is missing"
+    if not _counters(manifest.get("counts")):
+        return "counts is not a mapping of counters"
     inputs = manifest.get("inputs")
     if not isinstance(inputs, dict) or not all(isinstance(inputs.get(k), str) for k in CACHE_INPUTS):
         return f"inputs does not name {', '.join(CACHE_INPUTS)}"

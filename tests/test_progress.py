@@ -62,6 +62,20 @@ def test_bar_counts_input_bytes_documents_and_instances() -> None:
     assert "input" in text and "2.86M/2.86M" in text  # 3,000,000 bytes in binary units
     assert "docs=12, instances=250, groups=3/3, publishing the shards" in text
     assert "publishing" not in text.split("groups=3/3")[0]  # (not before the last group is in)
+    assert text.rstrip().endswith("docs=12, instances=250, groups=3/3]")  # the finished line: no "publishing"
+
+
+def test_a_resumed_run_says_publishing_once_its_last_group_is_in() -> None:
+    """A resumed run makes only the groups after its journal's: its last planned group's result
+    tells that every group is in."""
+    stream = FakeTTY()
+    with RunProgress(stream=stream) as progress:
+        progress.start(SimpleNamespace(entries=12, total_bytes=3_000_000, groups=3))
+        progress.update(group(1, 5, 120, 1_000_000))
+        assert not progress.publishing
+        progress.update(group(2, 2, 30, 1_000_000))
+        assert progress.publishing
+    assert "groups=2/3, publishing the shards" in stream.getvalue()
 
 
 def test_bar_follows_the_live_counter_inside_a_group() -> None:

@@ -277,8 +277,15 @@ def test_a_damaged_or_partial_cache_is_one_line_naming_the_file(corpus, tmp_path
     else:
         os.remove(target)
     args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", split_num=4, from_tokens=cache)
-    _one_line_error(_cli("create", args), os.path.basename(target), "bert-data tokenize again")
+    done = _cli("create", args)
+    _one_line_error(done, os.path.basename(target), "bert-data tokenize again")
     # ... and what the line says works: the same tokenize command remakes what is damaged or missing
+    # (a group whose checksum is wrong once its sidecar, which the line names, is removed: tokenize
+    # does not re-read every token of a finished cache)
+    if damage in ("flipped_bin", "bad_idx"):
+        sidecar = Path(str(target)[: -len(".bin")] + ".json" if str(target).endswith(".bin") else str(target)[: -len(".idx")] + ".json")
+        assert f"remove {sidecar}" in done.stderr
+        sidecar.unlink()
     assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4), "--quiet"]) == 0
     raw = tmp_path / "raw"
     assert bert_data_main(["create", *base_args(corpus["metadata"], corpus["vocab"], raw, split_num=4), "--quiet"]) == 0
@@ -300,6 +307,7 @@ def test_a_cache_fault_found_mid_run_says_how_to_continue_and_resume_gives_the_b
     done = _cli("create", args)
     _one_line_error(done, target.name, "bert-data tokenize again", "continue with --resume (same flags)")
     assert (out / ".bert_data_work" / "run.json").exists()
+    Path(group_file(str(cache), 3, ".json")).unlink()  # (what the line says)
     assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache, split_num=4), "--quiet"]) == 0
     assert _cli("create", args + ["--resume"]).returncode == 0
     raw = tmp_path / "raw"
@@ -343,6 +351,20 @@ def test_an_edited_sidecar_or_manifest_is_one_line_never_other_instances(corpus,
         assert _cli("create", args + ["--overwrite"]).returncode == 0
 
 
+@pytest.mark.parametrize("edit", ["no_units", "units_text", "no_tail", "tail_text", "origins_null", "origins_short"])
+def test_a_sidecar_is_checked_field_by_field_where_no_digest_vouches_for_it(corpus, tmp_path: Path, edit: str) -> None:
+    """Reading a group (what tokenize does to keep it, and a cache of the previous version, whose
+    manifest records no sidecar digest, relies on): a sidecar whose fields are not of the types a
+    run relies on is refused in one line, never a traceback nor instances from other origins."""
+    from bert_data.token_cache import TokenCacheError, read_group_cache
+
+    cache = _copy_cache(corpus, tmp_path)
+    target = Path(group_file(str(cache), 1, ".json"))
+    _edit_json(target, SIDECAR_EDITS[edit])
+    with pytest.raises(TokenCacheError, match=f"{target.name} is damaged"):
+        read_group_cache(str(cache), 1, None)
+
+
 def test_a_group_copied_in_from_another_cache_is_refused(corpus, tmp_path: Path) -> None:
     """The same plan (same file names, sizes and flags) over other text: its group's files are a
     consistent set (sidecar, checksum), but not the ones this cache's manifest recorded."""
@@ -381,6 +403,12 @@ def test_tokenize_into_a_directory_of_other_files_is_one_line(corpus, tmp_path: 
     for extra in ([], ["--overwrite"]):
         _one_line_error(_cli("tokenize", _tokenize_args(corpus, directory, split_num=4) + extra), "notes.txt", "empty or new")
     assert sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) == ["notes.txt"]
+    # a file put beside a finished cache is left alone, and so is the cache: --overwrite remakes it in place
+    cache = _copy_cache(corpus, tmp_path)
+    (cache / "README.txt").write_text("made for phase 1 and 2\n")
+    for extra in ([], ["--overwrite"]):
+        assert _cli("tokenize", _tokenize_args(corpus, cache, split_num=4) + extra).returncode == 0
+        assert (cache / "README.txt").exists() and (cache / "tokens.json").exists()
 
 
 @pytest.mark.parametrize("target, kind", [

@@ -11,7 +11,7 @@ way, so resume, atomic publication and the manifest-last commit are written once
     todo(planned)                      the planned groups still to make
     accept(result, counters)           a finished group, in group order: appended or indexed, journaled
     publish()                          every shard in place under its final name; records per shard
-    commit(manifest)                   the work directory removed, then the manifest: the commit point
+    commit(manifest)                   the manifest (the commit point), then the work directory removed
     discard()                          nothing usable: everything of the run removed
     failure(exc)                       an error of the destination (``catches``) as one line
 

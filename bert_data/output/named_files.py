@@ -158,12 +158,12 @@ def write_input_list(staging: str, files: Sequence[str]) -> str:
 
 
 def already_published(config, named: NamedFiles) -> Optional[Dict]:
-    """``--resume`` of a run whose staging directory is gone: its published manifest (checked to
-    be this run's), or None when there is a staging directory to resume. Raises
+    """``--resume`` of a run whose staging directory is gone (or holds no run any more): its
+    published manifest (checked to be this run's), or None when there is a staging run to resume. Raises
     :class:`ResumeError` when there is neither."""
     staging, beside = config.output_dir, named.manifest_path
-    if not config.resume or os.path.isdir(staging):
-        return None
+    if not config.resume or leftover_work(staging):  # (a staging directory without its run: the publish had
+        return None  # moved the files and written the manifest beside them, and was killed removing it)
     if not os.path.isfile(beside):
         raise ResumeError(f"--resume: no interrupted run for {named.outputs[0]} (nothing to continue); run without --resume")
     try:

@@ -223,7 +223,7 @@ def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, voca
     """Last step, inside the pipeline (so a job whose driver went away still completes): the
     run's one finish sequence (:func:`bert_data.runners.finish.finish`) over the shards the
     pipeline wrote: nothing usable -> nothing published, exit 2; else the manifest from the
-    summed counters, the work dir removed and ``data_params.json`` written, last."""
+    summed counters, ``data_params.json`` written (the commit point), then the work dir removed."""
     names = shard_file_names(config.name, config.num_output_files, container_of(config).suffix)
     records = {shard: count for shard, count, _bytes in shard_counts}
     if sorted(records) != list(range(config.num_output_files)):
@@ -416,7 +416,8 @@ def _prepare_output(config: Config) -> str:
         return prepare_remote_output_dir(
             config.output_dir, config.name, config.overwrite, container_of(config).suffix, run_inputs(config)
         )
-    if os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite:
+    if (os.path.isdir(os.path.join(config.output_dir, WORK_DIR_NAME)) and not config.overwrite
+            and not os.path.exists(os.path.join(config.output_dir, MANIFEST_NAME))):  # (with it: finished, commit cut short)
         raise OutputError(
             f"--output_dir {config.output_dir} holds an unfinished run; pass --overwrite to start over "
             f"(a Beam run is redone from scratch: its output is deterministic)"

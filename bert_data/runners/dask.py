@@ -204,9 +204,9 @@ def _interrupts_blocked() -> Iterator[None]:
     # multiprocessing's resource tracker, when it is first started, blocks SIGINT around its own
     # start and then *unblocks* it in the thread that started it (the cluster's event loop, just
     # before the fork server is started from there): start it now, so that it is already running
-    from multiprocessing import resource_tracker
+    from ..errors import start_resource_tracker
 
-    resource_tracker.ensure_running()
+    start_resource_tracker()  # (immune to a hang-up too; run_job has usually started it already)
     previous = block(signal.SIG_BLOCK, {signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])})
     try:
         yield

@@ -6,7 +6,7 @@ BERT's named files) and by Beam's last step (:func:`bert_data.runners.beam.final
     nothing usable?  -> everything of the run discarded, one line, exit 2 (nothing published)
     publish          -> every shard in place under its final name
     manifest         -> built from the summed counters (:func:`bert_data.format.manifest.build_manifest`)
-    commit           -> work directory removed, then the manifest written: the commit point
+    commit           -> the manifest written (the commit point), then the work directory removed
 
 :func:`quality_warnings` is what a finished run says on the console besides the manifest.
 """
@@ -32,7 +32,8 @@ def finish(
     """The one finish/commit sequence of every runner and output: a run that made nothing
     publishes nothing (its work is discarded: the corrected rerun starts clean) and is one line,
     exit 2; else the shards are published, the manifest is built from the counters and written
-    last, after the work directory is gone."""
+    (the commit point), then the work directory removed (a kill between leaves a finished
+    output that ``--resume`` tidies)."""
     if not stats["instances"]:
         output.discard()
         raise NothingUsableError(nothing_usable(stats))

@@ -10,8 +10,8 @@ Every runner and every output goes through this module:
 * WHERE the bytes go is an :class:`~bert_data.output.Output` (a local directory, a URL, BERT's
   named files), opened once from the settings;
 * :func:`finish` is the one finish/commit sequence: nothing usable -> exit 2 with nothing
-  published; shards published; manifest built from the counters; work directory removed and the
-  manifest written last (the commit point); quality warnings on the console.
+  published; shards published; manifest built from the counters and written (the commit point), then the work
+  directory removed; quality warnings on the console.
 
 The metadata is read once: the scan checks every entry and plans the groups into a spool file,
 which the run then reads. With ``--validation_fraction`` or ``--validation_metadata_files`` a job
@@ -28,7 +28,7 @@ import tempfile
 from typing import Callable, Dict, Optional, Sequence
 
 from ..config import Config, output_settings
-from ..errors import NOTHING_WRITTEN, BertDataError, OutputError, ResumeError, start_resource_tracker
+from ..errors import NOTHING_WRITTEN, BertDataError, NothingUsableError, OutputError, ResumeError, start_resource_tracker
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..metadata import MetadataSummary
 from ..output.outputs import Output, open_output
@@ -79,6 +79,7 @@ def run_job(
         if published is not None:
             return {"": published}
     startup = startup_checks(config)
+    start_resource_tracker()  # here, in the main thread: before a Dask cluster's thread could start one
     parts = split_configs(config)
     if len(parts) > 1:
         require_both_halves(parts)
@@ -112,22 +113,14 @@ def next_step(config: Optional[Config]) -> str:
     return NOTHING_WRITTEN
 
 
-def error_line(exc: BertDataError, config: Optional[Config]) -> str:
+def error_line(exc: BertDataError) -> str:
     """A run's error line (a damaged token cache, an unreadable document, ...), with the way on
-    when it stopped after its journal was written: the same command alone is refused then ("holds
-    an interrupted run"), so the line says --resume (a line about the journal or the output
-    itself, which names its own way on, is left as it is)."""
+    when the run stopped after preparing its journal (``exc.journal_kept``, set by the run): what
+    was made is kept, and the same command alone would be refused ("holds an interrupted run"),
+    so the line says --resume (a line about the journal or the output names its own way on)."""
     message = str(exc)
-    if config is None or config.runner == "beam" or "--resume" in message or isinstance(exc, (ResumeError, OutputError)):
-        return message
-    for part in split_configs(config).values():
-        try:
-            journal = storage_exists(storage_join(storage_join(part.output_dir, WORK_DIR_NAME), RUN_FILE))
-            finished = storage_exists(storage_join(part.output_dir, MANIFEST_NAME))
-        except Exception:  # noqa: BLE001 - a store that cannot be reached now: the line as it is
-            return message
-        if journal and not finished:
-            return f"{message}; what was made so far is kept: once that is fixed, continue with --resume (same flags)"
+    if getattr(exc, "journal_kept", False) and "--resume" not in message:
+        return f"{message}; what was made so far is kept: once that is fixed, continue with --resume (same flags)"
     return message
 
 
@@ -226,11 +219,13 @@ def _run_planned(
     inputs = input_fingerprints(config, summary, config.vocab_file)
     if config.from_tokens:  # the cache was made from these metadata and documents, in as many groups
         check_cache_inputs(config, inputs, summary.groups)
+    journal = False  # whether this run's journal exists (prepared or continued by it): an error after says --resume
     try:
         stats = output.prepare(dict(output_settings(config), inputs=inputs), summary.groups)
         if stats is None:
             log.info("%s is already complete: nothing to resume", config.output_dir)
             return output.finished_manifest()
+        journal = config.runner != "beam"
         bytes_read.value = stats["input_bytes"]  # what the groups journaled before a resume had read
         runner = GROUP_RUNNERS[config.runner][0]
         todo = output.todo(planned_groups(config, spool_path))
@@ -245,7 +240,11 @@ def _run_planned(
                     on_group(result)
         vocab = VocabIdentity(os.path.abspath(config.vocab_file), inputs["vocab_sha256"], vocab_size)  # hashed once
         manifest = finish(output, config=config, stats=stats, summary=summary, vocab=vocab, inputs=inputs)
-    except (BertDataError, KeyboardInterrupt, MemoryError):
+    except BertDataError as exc:
+        # (for error_line; nothing usable discards the journal; a journal's or output's own error names its way on)
+        exc.journal_kept = journal and not isinstance(exc, (ResumeError, OutputError, NothingUsableError))
+        raise
+    except (KeyboardInterrupt, MemoryError):
         raise
     except output.catches as exc:
         raise output.failure(exc) from None

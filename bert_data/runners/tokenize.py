@@ -39,7 +39,7 @@ from ..output.scratch import remove_stale_scratch, scratch_context, scratch_dir
 from ..negatives import build_pool
 from ..token_cache import (
     CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, cached_pool,
-    group_done, group_file, manifest_fault, plan_digest, pool_identity, pool_path, read_sidecar, stats_delta, write_group_cache,
+    group_done, group_file, manifest_fault, plan_digest, pool_identity, pool_is_kept, read_sidecar, stats_delta, write_group_cache,
 )
 from ..storage import write_json_atomically
 from .plan import plan_run, planned_groups
@@ -106,9 +106,10 @@ def _keep_pool(resources: Resources, directory: str) -> TokenizedGroupFiles:
     return TokenizedGroupFiles(POOL_TASK, {}, Counter(), seconds)
 
 
-def run_tokenize(config: Config) -> Dict[str, Any]:
+def run_tokenize(config: Config) -> Tuple[Dict[str, Any], Optional[bool]]:
     """Tokenize the corpus of ``config`` into ``config.output_dir`` (and keep NSP's negative pool
-    of ``config.seed``); returns the cache's manifest."""
+    of ``config.seed``); returns the cache's manifest, and whether the pool is kept (None: the
+    Config's objective draws no negatives, so it has none)."""
     startup = startup_checks(config)
     remove_stale_scratch()
     directory = config.output_dir
@@ -129,11 +130,11 @@ def run_tokenize(config: Config) -> Dict[str, Any]:
             finished = None
         pool_task = [] if _pool_kept(config, directory, startup.vocab) else [(POOL_TASK, [])]
         if finished is not None:
-            for _ in run_groups(config, iter(pool_task), directory, make=tokenize_group_files):
-                pass  # (a finished cache asked for another --seed: only its pool is made)
+            for _ in run_groups(config.replace(num_workers=1), iter(pool_task), directory, make=tokenize_group_files):
+                pass  # (a finished cache asked for another --seed: only its pool is made, by one worker)
             log.info("%s already holds this token cache: nothing to do%s", directory,
                      " but keep the negative pool of this --seed" if pool_task else "")
-            return finished
+            return finished, _pool_status(config, directory, startup.vocab)
         sizes: List[Dict[str, int]] = []
         stats: Counter = Counter()
         groups = itertools.chain(pool_task, planned_groups(config, spool))
@@ -143,7 +144,19 @@ def run_tokenize(config: Config) -> Dict[str, Any]:
         manifest = _manifest(config, identity, inputs, summary, sizes, stats, len(startup.vocab))
         write_json_atomically(os.path.join(directory, CACHE_MANIFEST), manifest)  # the commit point
         _remove(os.path.join(directory, CACHE_RUN_FILE))
-    return manifest
+    return manifest, _pool_status(config, directory, startup.vocab)
+
+
+def _pool_status(config: Config, directory: str, vocab: Dict[str, int]) -> Optional[bool]:
+    """Whether the pool of --seed is kept (None: no NSP pool for this Config); a pool that could
+    not be written (a full disk, a read-only directory) is said on the console."""
+    if not config.negative_pool:
+        return None
+    kept = _pool_kept(config, directory, vocab)
+    if not kept:
+        log.warning("NSP's negative pool for --seed %s could not be kept in %s: NSP runs from the cache with that seed "
+                    "will make it (loading spaCy)", config.seed, directory)
+    return kept
 
 
 def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]], directory: str) -> Iterator[TokenizedGroupFiles]:
@@ -193,9 +206,9 @@ def _damaged_groups(directory: str, manifest: Dict[str, Any], groups: Iterator[T
 
 
 def _pool_kept(config: Config, directory: str, vocab: Dict[str, int]) -> bool:
-    """Whether ``directory`` already holds the negative pool of this run's ``--seed`` (a readable
-    one or not: a damaged file is made again by the first run that reads it)."""
-    return not config.negative_pool or os.path.isfile(pool_path(directory, config.negative_pool, pool_identity(config, vocab)))
+    """Whether ``directory`` already holds a whole negative pool of this run's ``--seed`` (or the
+    Config needs none): a damaged one is made again."""
+    return not config.negative_pool or pool_is_kept(directory, config.negative_pool, pool_identity(config, vocab), len(vocab))
 
 
 def _sidecar_stats(directory: str, group_index: int) -> Counter:
@@ -213,6 +226,11 @@ def _prepare(config: Config, identity: Dict[str, Any]):
     made ready (emptied of an old cache with --overwrite) with this run's identity recorded."""
     directory = config.output_dir
     manifest_path, run_path = os.path.join(directory, CACHE_MANIFEST), os.path.join(directory, CACHE_RUN_FILE)
+    foreign = sorted(set(os.listdir(directory)) - {os.path.basename(p) for p in _cache_files(directory)} - {LOCK_NAME})
+    if foreign and not (os.path.lexists(manifest_path) or os.path.lexists(run_path)):  # checked before anything is
+        raise TokenCacheError(  # removed: a new cache is not mixed into a directory of other files (a file put beside
+            f"--output_dir {directory} holds files that are not a token cache's ({', '.join(foreign[:3])}"  # a cache is
+            f"{', ...' if len(foreign) > 3 else ''}); pass an empty or new directory")  # left alone, --overwrite or not)
     for path in _cache_files(directory) if config.overwrite else glob.glob(os.path.join(directory, "g[0-9]*.tmp")):
         _remove(path)  # (temporary files of a killed run: this run holds the lock)
     for path, what in ((manifest_path, "a token cache"), (run_path, "an unfinished tokenize")):
@@ -228,11 +246,6 @@ def _prepare(config: Config, identity: Dict[str, Any]):
             f"--output_dir {directory} holds {what} of other settings or inputs ({path}); pass --overwrite to "
             f"replace it, or use another --output_dir"
         )
-    foreign = sorted(set(os.listdir(directory)) - {os.path.basename(p) for p in _cache_files(directory)} - {LOCK_NAME})
-    if foreign:  # (a cache is not mixed into a directory of other files; --overwrite never removes them)
-        raise TokenCacheError(
-            f"--output_dir {directory} holds files that are not a token cache's ({', '.join(foreign[:3])}"
-            f"{', ...' if len(foreign) > 3 else ''}); pass an empty or new directory")
     write_json_atomically(run_path, identity)
     return None
 

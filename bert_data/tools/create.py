@@ -257,7 +257,7 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
             manifests = run_job(config, on_group=progress.update, on_start=progress.start, pipeline_args=pipeline_args)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
-        return print_error(prog, error_line(exc, config), exc.exit_code)
+        return print_error(prog, error_line(exc), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
         return stopped(prog, exc, next_step(config))
     except OSError as exc:  # the last resort (the runner names what it knows): still one line

@@ -325,7 +325,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except BertDataError as exc:
         from ..runners.job import error_line
 
-        return print_error(PROG, _in_bert_terms(error_line(exc, state.get("config"))), exc.exit_code)
+        return print_error(PROG, _in_bert_terms(error_line(exc)), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
         from ..runners.job import next_step
 

@@ -65,7 +65,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     try:
         with _bert_input_list(args):
             config = config_from_args(args)
-            manifest = run_tokenize(config)
+            manifest, pool_kept = run_tokenize(config)
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:
@@ -76,7 +76,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     ratio = manifest["bytes"] / max(1, counts["input_bytes"])
     emit(PROG, f"{len(manifest['groups'])} groups, {counts['documents.used']} documents, {counts['sentences']} sentences, "
                f"{counts['tokens']} tokens ({manifest['dtype']}): {manifest['bytes']} bytes, {ratio:.2f}x the text, "
-               f"in {time.perf_counter() - started:.1f}s; NSP's negative pool for --seed {config.seed} kept")
+               f"in {time.perf_counter() - started:.1f}s" + (f"; NSP's negative pool for --seed {config.seed} kept" if pool_kept else ""))
     return 0
 
 
