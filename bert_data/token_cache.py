@@ -264,13 +264,11 @@ def read_group_cache(directory: str, group_index: int, digest: Optional[str]
             sent_offsets=offsets[first:last + 1] - offsets[first],
             doc_starts=[int(i) - first for i in indices[document:document + count + 1]],
         )
-        origins = None
-        if entry["origins"] is not None:
-            packed = base64.b64decode(entry["origins"])
-            if len(packed) != 8 * count:
-                raise TokenCacheError(f"--from_tokens: {group_file(directory, group_index, '.json')} is damaged (a unit's "
-                                      f"origins are not one per document); {RETOKENIZE}")
-            origins = np.frombuffer(packed, dtype="<u8").tolist()
+        packed = base64.b64decode(entry["origins"])  # (a str: _sidecar_fault)
+        if len(packed) != 8 * count:
+            raise TokenCacheError(f"--from_tokens: {group_file(directory, group_index, '.json')} is damaged (a unit's "
+                                  f"origins are not one per document); {RETOKENIZE}")
+        origins = np.frombuffer(packed, dtype="<u8").tolist()
         units.append((TokenizedUnit(entry["unit"], group, origins), entry["stats"]))
         document += count
     return units, sidecar["tail"]
@@ -384,6 +382,10 @@ def read_cache_json(path: str, where: str, if_missing: str, on_bytes=None) -> Di
                             follow_links=True, on_bytes=on_bytes)
 
 
+# The counters a cache's manifest keeps (the rest are in each group's sidecar).
+MANIFEST_COUNTS = ("input_bytes", "documents.used", "sentences", "tokens", "unk_tokens", "units")
+
+
 def manifest_fault(manifest: Mapping[str, Any]) -> str:
     """What is wrong with a cache manifest's fields ("" when nothing): every field a run or
     ``tokenize`` reads, of the type it relies on."""
@@ -391,8 +393,9 @@ def manifest_fault(manifest: Mapping[str, Any]) -> str:
         return "settings is not a mapping"
     if not all(isinstance(manifest.get(k), str) for k in ("vocab_file", "dtype")) or not _whole(manifest.get("bytes")):
         return "vocab_file, dtype or bytes is missing"
-    if not _counters(manifest.get("counts")):
-        return "counts is not a mapping of counters"
+    counts = manifest.get("counts")
+    if not _counters(counts) or not all(name in counts for name in MANIFEST_COUNTS):
+        return f"counts does not count {', '.join(MANIFEST_COUNTS)}"
     inputs = manifest.get("inputs")
     if not isinstance(inputs, dict) or not all(isinstance(inputs.get(k), str) for k in CACHE_INPUTS):
         return f"inputs does not name {', '.join(CACHE_INPUTS)}"

@@ -386,6 +386,11 @@ def test_resume_after_a_kill_gives_the_same_files(tmp_path, layout, crash_at):
     assert [p.read_bytes() for p in outputs] == [p.read_bytes() for p in reference]
     again = _cli([*args, "--resume"], tmp_path)
     assert again.returncode == 0 and again.stdout.startswith("already complete")
+    staging = tmp_path / "run" / ".r-0.bert_data"  # as a kill while the publish removed it leaves it: no run in it
+    staging.mkdir(exist_ok=True)
+    (staging / "input_files.txt").write_text("")
+    tidied = _cli([*args, "--resume"], tmp_path)
+    assert tidied.returncode == 0 and tidied.stdout.startswith("already complete") and not staging.exists()
     changed = _cli([*args, "--resume", "--random_seed=3"], tmp_path)
     assert changed.returncode == 2 and "other settings (seed)" in changed.stderr
 

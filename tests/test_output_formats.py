@@ -197,8 +197,9 @@ def test_a_url_output_killed_then_resumed_gives_the_clean_bytes(corpus, tmp_path
         assert _files(out) == _files(clean)
 
 
+@pytest.mark.parametrize("half_removed", [False, True])
 @pytest.mark.parametrize("fmt", ["tfrecord", *FORMATS])
-def test_a_kill_during_the_commit_leaves_a_finished_output_that_resume_tidies(corpus, tmp_path, fmt) -> None:
+def test_a_kill_during_the_commit_leaves_a_finished_output_that_resume_tidies(corpus, tmp_path, fmt, half_removed) -> None:
     """Killed after the manifest (the commit point) while the work directory is being removed:
     the output is finished; --resume says so, removes the work directory and changes no byte; a
     plain run again is refused as over any finished output (--overwrite), not as an interrupted one.
@@ -212,7 +213,8 @@ def test_a_kill_during_the_commit_leaves_a_finished_output_that_resume_tidies(co
         assert (out / "data_params.json").exists() and (out / ".bert_data_work").exists()
         again = _cli(args)
         assert again.returncode == 2 and "--overwrite" in again.stderr and "interrupted" not in again.stderr, again.stderr
-        (out / ".bert_data_work" / "run.json").unlink()  # as a kill half-way through removing it leaves it
+        if half_removed:
+            (out / ".bert_data_work" / "run.json").unlink()  # as a kill half-way through removing it leaves it
         resumed = _cli(args + ["--resume"])
         assert resumed.returncode == 0, resumed.stderr
         assert not (out / ".bert_data_work").exists()

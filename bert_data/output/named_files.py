@@ -175,6 +175,7 @@ def already_published(config, named: NamedFiles) -> Optional[Dict]:
     missing = [out for out in named.outputs if not os.path.isfile(out)]
     if missing:
         raise ResumeError(f"--resume: {missing[0]} is missing; run again without --resume")
+    shutil.rmtree(staging, ignore_errors=True)  # what a kill while removing it left (it holds no run: leftover_work)
     return dict(manifest, already_complete=True)
 
 

@@ -39,7 +39,8 @@ from ..output.scratch import remove_stale_scratch, scratch_context, scratch_dir
 from ..negatives import build_pool
 from ..token_cache import (
     CACHE_FORMAT, CACHE_INPUTS, CACHE_MANIFEST, CACHE_RUN_FILE, CACHE_VERSION, TokenCacheError, cache_settings, cached_pool,
-    group_done, group_file, manifest_fault, plan_digest, pool_identity, pool_is_kept, read_sidecar, stats_delta, write_group_cache,
+    MANIFEST_COUNTS, group_done, group_file, manifest_fault, plan_digest, pool_identity, pool_is_kept, read_sidecar,
+    stats_delta, write_group_cache,
 )
 from ..storage import write_json_atomically
 from .plan import plan_run, planned_groups
@@ -49,8 +50,6 @@ from .worker import named_as_given, stage_sources
 
 log = logging.getLogger("bert_data")
 
-# The counters a cache's manifest keeps (the rest are in each group's sidecar).
-MANIFEST_COUNTS = ("input_bytes", "documents.used", "sentences", "tokens", "unk_tokens", "units")
 POOL_TASK = -1  # the "group index" of the task that keeps the NSP pool (before group 0: results come in task order)
 
 
@@ -192,8 +191,8 @@ def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]
 
 def _damaged_groups(directory: str, manifest: Dict[str, Any], groups: Iterator[Tuple[int, List[WorkItem]]]
                     ) -> Optional[List[int]]:
-    """None when a finished cache's every group is there as its manifest records it (sidecar,
-    sizes, checksums); else the groups to make again (what "the same command completes it"
+    """None when a finished cache's every group is there as its manifest records it (sidecar
+    digest and fields, file sizes: the tokens are not re-read); else the groups to make again (what "the same command completes it"
     promises after a damaged file), and the manifest is written anew. A manifest that cannot be
     trusted (damaged, of another version) has every intact group kept and recorded again."""
     planned = list(groups)
