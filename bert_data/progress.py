@@ -111,7 +111,7 @@ class RunProgress:
         the rewrite of every shard, which can take minutes on a large run). Results come in
         group order, so the last planned group's result says so, also when a resumed run made
         only the groups after its journal's."""
-        return bool(self.groups) and (self.groups_done >= self.groups or self.last_group >= self.groups - 1)
+        return bool(self.groups) and self.last_group >= self.groups - 1
 
     def update(self, result: Any) -> None:
         stats = result.stats

@@ -45,7 +45,7 @@ from .errors import BertDataError
 from .faults import crash_point
 from .storage import write_bytes
 from .format.indexed import check_consistent, index_bytes, parse_index
-from .output.journal import read_json_object
+from .output.journal import read_json_object, whole
 from .negatives import NegativePool
 from .sentences import segmenter_identity
 from .tokenization import TokenizedGroup
@@ -160,10 +160,6 @@ def group_done(directory: str, group_index: int, digest: str) -> Optional[Dict[s
 SIDECAR_DIGEST = "_file_blake2b"  # added to a sidecar as read: the digest of its file's bytes
 
 
-def _whole(value: object) -> bool:
-    return type(value) is int and value >= 0
-
-
 def _counters(value: object) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and type(v) is int for k, v in value.items())
 
@@ -172,7 +168,7 @@ def _sidecar_fault(sidecar: Mapping[str, Any]) -> str:
     """What is wrong with a sidecar's fields ("" when nothing): what a run takes from it must have
     the types it relies on (a traceback otherwise, or other instances)."""
     for key in ("bin_bytes", "idx_bytes"):
-        if not _whole(sidecar.get(key)):
+        if not whole(sidecar.get(key)):
             return f"{key} is not a byte count"
     if not isinstance(sidecar.get("blake2b"), str) or not _counters(sidecar.get("tail")):
         return "its checksum or counters are missing"
@@ -180,7 +176,7 @@ def _sidecar_fault(sidecar: Mapping[str, Any]) -> str:
     if not isinstance(units, list):
         return "units is not a list"
     for entry in units:
-        if not (isinstance(entry, dict) and _whole(entry.get("unit")) and _whole(entry.get("documents"))
+        if not (isinstance(entry, dict) and whole(entry.get("unit")) and whole(entry.get("documents"))
                 and _counters(entry.get("stats")) and isinstance(entry.get("origins"), str)):  # (tokenize keeps origins)
             return "a unit's entry is not one this version writes"
     return ""
@@ -225,8 +221,10 @@ def check_group_files(directory: str, group_index: int, sidecar: Mapping[str, An
             )
 
 
-def read_group_bytes(directory: str, group_index: int, sidecar: Mapping[str, Any]) -> Tuple[bytes, bytes]:
-    """A group's ``.bin`` and ``.idx`` bytes, of the sizes and checksum its sidecar records."""
+def read_group_cache(directory: str, group_index: int, digest: Optional[str]
+                     ) -> Tuple[List[Tuple[TokenizedUnit, Dict[str, int]]], Dict[str, int]]:
+    """A group's units (each with the counters its making added) and the counters after its last."""
+    sidecar = read_sidecar(directory, group_index, digest)
     check_group_files(directory, group_index, sidecar)
     idx_path, bin_path = group_file(directory, group_index, ".idx"), group_file(directory, group_index, ".bin")
     with open(idx_path, "rb") as handle:
@@ -237,15 +235,6 @@ def read_group_bytes(directory: str, group_index: int, sidecar: Mapping[str, Any
         raise TokenCacheError(
             f"--from_tokens: {bin_path} or {idx_path} is damaged (checksum differs); remove "
             f"{group_file(directory, group_index, '.json')} and run bert-data tokenize again (the same command remakes that group)")
-    return raw_tokens, raw_index
-
-
-def read_group_cache(directory: str, group_index: int, digest: Optional[str]
-                     ) -> Tuple[List[Tuple[TokenizedUnit, Dict[str, int]]], Dict[str, int]]:
-    """A group's units (each with the counters its making added) and the counters after its last."""
-    sidecar = read_sidecar(directory, group_index, digest)
-    raw_tokens, raw_index = read_group_bytes(directory, group_index, sidecar)
-    idx_path, bin_path = group_file(directory, group_index, ".idx"), group_file(directory, group_index, ".bin")
     try:
         dtype, lengths, pointers, indices = parse_index(raw_index)
         check_consistent(dtype, lengths, pointers, indices, os.stat(bin_path).st_size)
@@ -391,7 +380,7 @@ def manifest_fault(manifest: Mapping[str, Any]) -> str:
     ``tokenize`` reads, of the type it relies on."""
     if not isinstance(manifest.get("settings"), dict):
         return "settings is not a mapping"
-    if not all(isinstance(manifest.get(k), str) for k in ("vocab_file", "dtype")) or not _whole(manifest.get("bytes")):
+    if not all(isinstance(manifest.get(k), str) for k in ("vocab_file", "dtype")) or not whole(manifest.get("bytes")):
         return "vocab_file, dtype or bytes is missing"
     counts = manifest.get("counts")
     if not _counters(counts) or not all(name in counts for name in MANIFEST_COUNTS):
@@ -401,7 +390,7 @@ def manifest_fault(manifest: Mapping[str, Any]) -> str:
         return f"inputs does not name {', '.join(CACHE_INPUTS)}"
     groups = manifest.get("groups")
     if not isinstance(groups, list) or not all(
-            isinstance(g, dict) and _whole(g.get("bin_bytes")) and _whole(g.get("idx_bytes"))
+            isinstance(g, dict) and whole(g.get("bin_bytes")) and whole(g.get("idx_bytes"))
             and isinstance(g.get("sidecar_blake2b"), str) for g in groups):
         return "groups is not a list of each group's sizes and sidecar digest"
     return ""
@@ -454,8 +443,8 @@ def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, 
     for group_index, recorded in enumerate(manifest["groups"]):
         check_group_files(directory, group_index, recorded)
         sidecar = read_sidecar(directory, group_index, None)
-        if sidecar[SIDECAR_DIGEST] != recorded["sidecar_blake2b"] or any(sidecar[k] != recorded[k] for k in ("bin_bytes", "idx_bytes")):
-            raise TokenCacheError(  # (edited, or a group's files copied in from another cache)
+        if sidecar[SIDECAR_DIGEST] != recorded["sidecar_blake2b"]:  # (edited, or a group's files copied in from another cache)
+            raise TokenCacheError(
                 f"--from_tokens: {group_file(directory, group_index, '.json')} is not the sidecar the cache recorded "
                 f"for group {group_index}; {RETOKENIZE}")
     return manifest

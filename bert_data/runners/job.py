@@ -225,7 +225,7 @@ def _run_planned(
         if stats is None:
             log.info("%s is already complete: nothing to resume", config.output_dir)
             return output.finished_manifest()
-        journal = config.runner != "beam"
+        journal = True
         bytes_read.value = stats["input_bytes"]  # what the groups journaled before a resume had read
         runner = GROUP_RUNNERS[config.runner][0]
         todo = output.todo(planned_groups(config, spool_path))

@@ -192,9 +192,10 @@ def _tokenize_groups(config: Config, groups: Iterator[Tuple[int, List[WorkItem]]
 def _damaged_groups(directory: str, manifest: Dict[str, Any], groups: Iterator[Tuple[int, List[WorkItem]]]
                     ) -> Optional[List[int]]:
     """None when a finished cache's every group is there as its manifest records it (sidecar
-    digest and fields, file sizes: the tokens are not re-read); else the groups to make again (what "the same command completes it"
-    promises after a damaged file), and the manifest is written anew. A manifest that cannot be
-    trusted (damaged, of another version) has every intact group kept and recorded again."""
+    digest and fields, file sizes: the tokens are not re-read); else the groups to make again
+    (what "the same command completes it" promises after a damaged file), and the manifest is
+    written anew. A manifest that cannot be trusted (damaged, of another version) has every
+    intact group kept and recorded again."""
     planned = list(groups)
     trusted = not manifest_fault(manifest) and manifest.get("version") == CACHE_VERSION and len(manifest["groups"]) == len(planned)
     found = [(g, group_done(directory, g, plan_digest(items))) for g, items in planned]
@@ -225,11 +226,13 @@ def _prepare(config: Config, identity: Dict[str, Any]):
     made ready (emptied of an old cache with --overwrite) with this run's identity recorded."""
     directory = config.output_dir
     manifest_path, run_path = os.path.join(directory, CACHE_MANIFEST), os.path.join(directory, CACHE_RUN_FILE)
+    # A new cache is not mixed into a directory of other files (checked before --overwrite removes
+    # anything); a file put beside an existing cache is left alone, --overwrite or not.
     foreign = sorted(set(os.listdir(directory)) - {os.path.basename(p) for p in _cache_files(directory)} - {LOCK_NAME})
-    if foreign and not (os.path.lexists(manifest_path) or os.path.lexists(run_path)):  # checked before anything is
-        raise TokenCacheError(  # removed: a new cache is not mixed into a directory of other files (a file put beside
-            f"--output_dir {directory} holds files that are not a token cache's ({', '.join(foreign[:3])}"  # a cache is
-            f"{', ...' if len(foreign) > 3 else ''}); pass an empty or new directory")  # left alone, --overwrite or not)
+    if foreign and not (os.path.lexists(manifest_path) or os.path.lexists(run_path)):
+        raise TokenCacheError(
+            f"--output_dir {directory} holds files that are not a token cache's ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); pass an empty or new directory")
     for path in _cache_files(directory) if config.overwrite else glob.glob(os.path.join(directory, "g[0-9]*.tmp")):
         _remove(path)  # (temporary files of a killed run: this run holds the lock)
     for path, what in ((manifest_path, "a token cache"), (run_path, "an unfinished tokenize")):
