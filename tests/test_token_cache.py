@@ -391,6 +391,23 @@ def test_a_group_copied_in_from_another_cache_is_refused(corpus, tmp_path: Path)
     _one_line_error(_cli("create", args), "not the sidecar the cache recorded")
 
 
+def test_a_pool_that_cannot_be_kept_is_a_warning_and_not_called_kept(corpus, tmp_path: Path) -> None:
+    """A pool file tokenize cannot write (here a directory stands where it goes: as a full disk
+    or a read-only directory would) is said on the console; the summary does not claim it."""
+    cache = tmp_path / "cache"
+    args = _tokenize_args(corpus, cache, split_num=4, seed=9)
+    first = _cli("tokenize", args)
+    assert first.returncode == 0 and "negative pool for --seed 9 kept" in first.stdout
+    (pool,) = cache.glob("pool-*.npz")
+    pool.unlink()
+    pool.mkdir()
+    (pool / "x").write_text("")  # (not empty: os.replace cannot put the pool in its place)
+    again = _cli("tokenize", args)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    assert "kept" not in again.stdout
+    assert "NSP's negative pool for --seed 9 could not be kept in" in again.stderr
+
+
 def test_from_tokens_naming_a_file_says_it_is_not_a_directory(corpus, tmp_path: Path) -> None:
     target = tmp_path / "tokens.json"
     target.write_text("{}")
