@@ -503,17 +503,33 @@ class FullTokenizer:
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True) -> None:
         self.vocab: dict[str, int] = load_vocab(vocab_file)
-        self.inv_vocab: dict[int, str] = {v: k for k, v in self.vocab.items()}
         self.do_lower_case: bool = bool(do_lower_case)
-        self._tok = _build_hf_tokenizer(self.vocab, self.do_lower_case)
-        # WordPiece only, fed with words from the Python reference basic tokenizer.
-        self._wp = Tokenizer(_wordpiece_model(self.vocab))
-        # Whitespace split + WordPiece, fed with ASCII text already cleaned, lowercased and
-        # spaced around punctuation (see _ascii_batch_ids).
-        self._ascii_tok = Tokenizer(_wordpiece_model(self.vocab))
-        self._ascii_tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         self._divergent = _divergent_re(self.do_lower_case)
         self._native = None  # the C vocabulary (_native_vocab), made on first use
+
+    # The ``tokenizers`` objects and the inverse vocabulary are made at their first use (each
+    # WordPiece model copies the vocabulary: ~10 ms a model): a run from the token cache uses
+    # none of them, and with the C accelerator a run from text rarely the ASCII one.
+    @functools.cached_property
+    def inv_vocab(self) -> dict[int, str]:
+        return {v: k for k, v in self.vocab.items()}
+
+    @functools.cached_property
+    def _tok(self) -> Tokenizer:
+        return _build_hf_tokenizer(self.vocab, self.do_lower_case)
+
+    @functools.cached_property
+    def _wp(self) -> Tokenizer:
+        """WordPiece only, fed with words from the Python reference basic tokenizer."""
+        return Tokenizer(_wordpiece_model(self.vocab))
+
+    @functools.cached_property
+    def _ascii_tok(self) -> Tokenizer:
+        """Whitespace split + WordPiece, fed with ASCII text already cleaned, lowercased and
+        spaced around punctuation (see _ascii_batch_ids)."""
+        tok = Tokenizer(_wordpiece_model(self.vocab))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return tok
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

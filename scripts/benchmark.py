@@ -257,6 +257,7 @@ def child_main(spec_json: str) -> int:
     import logging
     from collections import Counter
 
+    import bert_data.tools  # noqa: F401  (first: a tool's process settings, its thread caps, as the CLI has them)
     from bert_data.presets import build_config
     from bert_data.runners.job import run
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,20 @@ def test_real_process(tmp_path, tiny_corpus, tiny_vocab):
     done = bert_data_cmd("inspct", out)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "bert-data: error: unknown command 'inspct'; did you mean 'inspect'?\n"
+
+
+THREAD_CAPS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_tools_process_runs_numpy_on_one_thread_unless_told_otherwise():
+    """A tool's processes never call BLAS, and OpenBLAS starts (and spins) a thread per core at
+    numpy's import: importing bert_data.tools caps it first, and a user's own setting is kept."""
+    probe = ("import bert_data.tools, numpy, os; "
+             "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))")
+    clean = {k: v for k, v in os.environ.items() if k not in THREAD_CAPS}
+    capped = subprocess.run([sys.executable, "-c", probe], env=clean, capture_output=True, text=True, check=True)
+    assert capped.stdout.split() == ["1", "1"]
+    told = subprocess.run([sys.executable, "-c", probe], env={**clean, "OPENBLAS_NUM_THREADS": "2"},
+                          capture_output=True, text=True, check=True)
+    assert told.stdout.split()[0] == "2"

@@ -87,7 +87,8 @@ def tokenizer_for(path: Path, lower: bool, max_chars: int = tk.MAX_INPUT_CHARS_P
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(tk, "MAX_INPUT_CHARS_PER_WORD", max_chars)
             tokenizer = FullTokenizer(str(path), do_lower_case=lower)
-            tokenizer._native_vocab()  # made under the same limit as the tokenizers model
+            tokenizer._native_vocab()  # made under the same limit as the tokenizers models
+            tokenizer._tok, tokenizer._wp, tokenizer._ascii_tok  # (made at their first use)
         _TOKENIZERS[key] = tokenizer
     return _TOKENIZERS[key]
 

@@ -114,6 +114,113 @@ def test_token_id_rows_of_every_length_are_the_same_bytes(k, n_more, data):
         assert parsed["input_mask"].tolist() == mask[row].tolist()
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batches(), st.data())
+def test_framed_records_are_the_framed_records_of_serialize_examples(batch, data):
+    """serialize_frames (one C pass: records in their TFRecord frames, any rows in any order, a
+    row twice or not at all) gives the bytes of frame_records over serialize_examples' records of
+    those rows, and each frame's end; the encoder gives them with and without the accelerator."""
+    from bert_data.format.encoders import ExampleEncoder
+
+    features, order = batch
+    n = len(next(iter(features.values())))
+    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=8) if n else st.just([])), np.int64)
+    records = serialize_examples(features, order)
+    expected = frame_records([records[r] for r in rows.tolist()])
+    framed = example_wire.serialize_frames(features, order, rows)
+    if framed is None:  # more features than the C loop takes
+        assert len(order) > example_wire.NATIVE_MAX_FEATURES
+        return
+    data_, ends = framed
+    assert data_ == expected
+    assert ends.tolist() == np.cumsum([16 + len(records[r]) for r in rows.tolist()], dtype=np.int64).tolist()
+    encoder = ExampleEncoder.__new__(ExampleEncoder)
+    encoder.order = tuple(order)
+    with_c, with_numpy = both(lambda: encoder.encode_frames(features, rows))
+    assert with_c[0] == with_numpy[0] == expected
+    assert with_c[1].tolist() == with_numpy[1].tolist() == ends.tolist()
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("encoder_kind", ["frames", "payloads only"])
+def test_a_batch_becomes_each_shards_run_of_its_rows_in_order(compression, encoder_kind):
+    """The container's runs of a batch: one per shard present, in shard order, each the frames (a
+    gzip member with --compression gzip) of that shard's rows in batch order, whether the encoder
+    frames its own records or gives payloads (an encoder without encode_frames)."""
+    from bert_data.format.containers import TFRecordContainer
+    from bert_data.format.encoders import ExampleEncoder
+
+    rng = np.random.default_rng(7)
+    n = 40
+    features = {"input_ids": rng.integers(0, 30522, (n, 9)).astype(np.int32),
+                "masked_lm_weights": rng.random((n, 3), dtype=np.float32)}
+    order = (("input_ids", "int64"), ("masked_lm_weights", "float32"))
+    shard_of_row = rng.integers(0, 7, n)
+    shard_of_row[shard_of_row == 3] = 4  # a shard without rows
+    encoder = ExampleEncoder.__new__(ExampleEncoder)
+    encoder.order = order
+    if encoder_kind == "payloads only":
+        encoder = type("PayloadsOnly", (), {"encode": lambda self, f: serialize_examples(f, order)})()
+    container = TFRecordContainer(compression)
+    records = serialize_examples(features, order)
+
+    def runs():
+        return [(shard, bytes(data), count) for shard, data, count in container.frame_runs(encoder, features, shard_of_row)]
+
+    with_c, with_numpy = both(runs)
+    assert with_c == with_numpy
+    expected = []
+    for shard in sorted(set(shard_of_row.tolist())):
+        rows = np.flatnonzero(shard_of_row == shard).tolist()
+        expected.append((shard, container.frame([records[r] for r in rows]), len(rows)))
+    assert with_c == expected
+    assert 3 not in [shard for shard, _, _ in with_c]
+    assert container.frame_runs(encoder, {k: v[:0] for k, v in features.items()}, shard_of_row[:0]) == []
+
+
+@pytest.mark.parametrize(
+    "rows, ends, error",
+    [
+        (np.array([0, 2], np.int64), np.empty(2, np.int64), IndexError),  # a row past the batch
+        (np.array([-1], np.int64), np.empty(1, np.int64), IndexError),
+        (np.array([0], np.int32), np.empty(1, np.int64), TypeError),
+        (np.array([0, 1], np.int64), np.empty(1, np.int64), TypeError),  # ends: one per row
+        (np.array([0], np.int64), np.empty(1, np.int64)[::1].view(np.float64), TypeError),
+        (np.array([0], np.int64), b"12345678", (TypeError, BufferError)),  # ends not writable
+        ([0], np.empty(1, np.int64), TypeError),
+    ],
+)
+def test_wire_serialize_frames_refuses_bad_rows(wire, rows, ends, error):
+    prefixes, kinds = example_wire._entry_prefixes((("v", "int64"),))
+    with pytest.raises(error):
+        wire.serialize_frames((np.ones((2, 3), np.int32),), prefixes, kinds, rows, ends)
+
+
+def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
+    """A worker's fragment writer serializes and frames each batch in one C call
+    (serialize_frames), so the figures in docs/performance.md are of that path."""
+    from bert_data.format.containers import TFRecordContainer
+    from bert_data.format.encoders import ExampleEncoder
+    from bert_data.output.fragment import FragmentWriter
+
+    calls = []
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(wire, name)
+
+    monkeypatch.setattr(native, "_wire", Spy())
+    encoder = ExampleEncoder.__new__(ExampleEncoder)
+    encoder.order = (("a", "int64"),)
+    writer = FragmentWriter(path=str(tmp_path / "f"), encoder=encoder, container=TFRecordContainer(), num_shards=2)
+    writer.write_batch({"a": np.arange(6, dtype=np.int32).reshape(3, 2)}, np.array([1, 0, 1]))
+    writer.close()
+    assert calls == ["serialize_frames"]
+    assert [(s.shard, s.records) for s in writer.segments] == [(0, 1), (1, 2)]
+    assert [parse_example(r)["a"].tolist() for r in iter_records(str(tmp_path / "f"))] == [[2, 3], [0, 1], [4, 5]]
+
+
 def test_the_c_path_is_the_one_the_writer_takes(monkeypatch, wire):
     """serialize_examples and frame_records call the accelerator when it is there (a spy sees the
     calls), so the figures in docs/performance.md are of the C path."""

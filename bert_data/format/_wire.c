@@ -583,6 +583,7 @@ typedef struct {
     Py_ssize_t prefix_len;
     /* the current record's lengths: packed values, the list, the Feature, the map entry */
     uint64_t payload, list, feature, entry;
+    const uint8_t *at; /* the current record's payload: in the scratch buffer, or the row itself (floats) */
 } WFeature;
 
 /* An int64 value as protobuf writes it: negative values as their 64-bit two's complement. */
@@ -590,63 +591,58 @@ static inline uint64_t int_value(const char *row, Py_ssize_t i, Py_ssize_t item)
     return item == 4 ? (uint64_t)(int64_t)((const int32_t *)row)[i] : (uint64_t)((const int64_t *)row)[i];
 }
 
-/* The packed varints' bytes of int32 values: 10 for a negative value (its 64-bit two's
- * complement), else 1 to 5. Comparisons only, so that the compiler vectorises the loop. */
-static uint64_t int32_payload(const int32_t *x, Py_ssize_t count) {
-    uint64_t total = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const int32_t v = x[i];
-        total += 1u + (uint32_t)(v > 0x7F) + (uint32_t)(v > 0x3FFF) + (uint32_t)(v > 0x1FFFFF) +
-                 (uint32_t)(v > 0xFFFFFFF) + 9u * (uint32_t)(v < 0);
-    }
-    return total;
+/* Values [0, count) of an integer feature's row as packed varints at p (a scratch buffer with
+ * SCRATCH_SLACK bytes to spare); returns the end. Blocks of eight values below 0x80 (masks,
+ * segments, padding) are copied a byte each; a block with a larger value writes each value below
+ * 2**21 (token ids) without a branch: 3 bytes always, p moved by its length (the bytes past it
+ * are written over by what follows, or are slack). */
+#define SCRATCH_SLACK 16
+static inline uint8_t *put_small(uint8_t *p, uint64_t v) {
+    if (v >= 0x200000) return put_varint(p, v);
+    const uint32_t x = (uint32_t)v, two = x >= 0x80, three = x >= 0x4000;
+    p[0] = (uint8_t)((x & 0x7F) | (two << 7));
+    p[1] = (uint8_t)(((x >> 7) & 0x7F) | (three << 7));
+    p[2] = (uint8_t)(x >> 14);
+    return p + 1 + two + three;
 }
 
-/* Values [0, count) of an int64 feature's row as packed varints at p; returns the end. The values
- * below 2**21 (token ids) are written without a branch, 3 bytes always and p moved by their
- * length: the bytes past it are written over by what follows, and the last value of the row,
- * which may end the record, goes through put_varint. */
 static uint8_t *put_values(uint8_t *p, const char *row, Py_ssize_t count, Py_ssize_t item) {
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (item == 4 && count - i > 8) { /* eight 1-byte values (masks, segments, padding) at once */
-            const int32_t *x = (const int32_t *)row + i;
+    Py_ssize_t i = 0;
+    if (item == 4) {
+        const int32_t *x = (const int32_t *)row;
+        for (; i + 8 <= count; i += 8) {
             uint32_t any = 0;
-            for (int j = 0; j < 8; j++) any |= (uint32_t)x[j];
+            for (int j = 0; j < 8; j++) any |= (uint32_t)x[i + j];
             if (any < 0x80) {
-                for (int j = 0; j < 8; j++) p[j] = (uint8_t)x[j];
+                for (int j = 0; j < 8; j++) p[j] = (uint8_t)x[i + j];
                 p += 8;
-                i += 7;
-                continue;
+            } else {
+                for (int j = 0; j < 8; j++) p = put_small(p, (uint64_t)(int64_t)x[i + j]);
             }
         }
-        const uint64_t v = int_value(row, i, item);
-        if (v >= 0x200000 || i == count - 1) {
-            p = put_varint(p, v);
-            continue;
-        }
-        const uint32_t x = (uint32_t)v, two = x >= 0x80, three = x >= 0x4000;
-        p[0] = (uint8_t)((x & 0x7F) | (two << 7));
-        p[1] = (uint8_t)(((x >> 7) & 0x7F) | (three << 7));
-        p[2] = (uint8_t)(x >> 14);
-        p += 1 + two + three;
     }
+    for (; i < count; i++) p = put_small(p, int_value(row, i, item));
     return p;
 }
 
-/* The lengths of record r's map entries (into each WFeature); returns the Features message's length. */
-static uint64_t plan_record(WFeature *features, int n_features, Py_ssize_t r) {
+/* Record r's integer payloads into `scratch` (each feature's start into w->at, its length into
+ * w->payload) and the lengths of its map entries; returns the Features message's length. Writing
+ * first and measuring after costs one memcpy of the payloads, where measuring first (a pass over
+ * every value to count its varint bytes) cost as much as writing. */
+static uint64_t stage_record(WFeature *features, int n_features, Py_ssize_t r, uint8_t *scratch) {
     uint64_t total = 0;
     for (int f = 0; f < n_features; f++) {
         WFeature *w = &features[f];
         const char *row = w->values + r * w->count * w->item;
-        uint64_t payload = 0;
-        if (w->is_float) payload = 4 * (uint64_t)w->count;
-        else if (w->item == 4)
-            payload = int32_payload((const int32_t *)row, w->count);
-        else
-            for (Py_ssize_t i = 0; i < w->count; i++) payload += varint_len((uint64_t)((const int64_t *)row)[i]);
-        w->payload = payload;
-        w->list = w->count ? 1 + varint_len(payload) + payload : 0; /* an empty list is left out */
+        if (w->is_float) {
+            w->at = (const uint8_t *)row; /* little-endian float32: see module init */
+            w->payload = 4 * (uint64_t)w->count;
+        } else {
+            w->at = scratch;
+            scratch = put_values(scratch, row, w->count, w->item);
+            w->payload = (uint64_t)(scratch - w->at);
+        }
+        w->list = w->count ? 1 + varint_len(w->payload) + w->payload : 0; /* an empty list is left out */
         w->feature = 1 + varint_len(w->list) + w->list;
         w->entry = (uint64_t)w->prefix_len + varint_len(w->feature) + w->feature;
         total += 1 + varint_len(w->entry) + w->entry;
@@ -654,13 +650,20 @@ static uint64_t plan_record(WFeature *features, int n_features, Py_ssize_t r) {
     return total;
 }
 
-/* Record r at p (its length planned by plan_record); returns the end. */
-static uint8_t *write_record(uint8_t *p, const WFeature *features, int n_features, Py_ssize_t r, uint64_t size) {
+/* The scratch bytes stage_record needs for any row: 10 per integer value, and the slack. */
+static Py_ssize_t scratch_size(const WFeature *features, int n_features) {
+    Py_ssize_t size = SCRATCH_SLACK;
+    for (int f = 0; f < n_features; f++)
+        if (!features[f].is_float) size += 10 * features[f].count;
+    return size;
+}
+
+/* The record staged by stage_record (`size` its Features length) at p; returns the end. */
+static uint8_t *write_record(uint8_t *p, const WFeature *features, int n_features, uint64_t size) {
     *p++ = 0x0a;
     p = put_varint(p, size);
     for (int f = 0; f < n_features; f++) {
         const WFeature *w = &features[f];
-        const char *row = w->values + r * w->count * w->item;
         *p++ = 0x0a;
         p = put_varint(p, w->entry);
         memcpy(p, w->prefix, (size_t)w->prefix_len);
@@ -671,14 +674,26 @@ static uint8_t *write_record(uint8_t *p, const WFeature *features, int n_feature
         if (!w->count) continue;
         *p++ = 0x0a;
         p = put_varint(p, w->payload);
-        if (w->is_float) {
-            memcpy(p, row, (size_t)(4 * w->count)); /* little-endian float32: see module init */
-            p += 4 * w->count;
-            continue;
-        }
-        p = w->item == 4 ? put_values(p, row, w->count, 4) : put_values(p, row, w->count, 8);
+        memcpy(p, w->at, (size_t)w->payload);
+        p += w->payload;
     }
     return p;
+}
+
+/* A buffer that holds exactly `count` items of `item` bytes of struct format `code` ('i' int32,
+ * 'q' int64, 'd' float64, '?' bool), C-contiguous (writable when asked); 0 and an error if not. */
+static int typed_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t count, Py_ssize_t item, char code,
+                        const char *what) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0];
+    if (got != code || fmt[1] != 0 || view->itemsize != item || view->len != count * item) {
+        PyErr_Format(PyExc_TypeError, "%s: needs %zd C-contiguous items of format '%c'", what, count, code);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
 }
 
 /* The item size a buffer's struct format allows for a feature: 4 or 8 for a signed integer
@@ -748,17 +763,19 @@ static PyObject *serialize_examples(PyObject *self, PyObject *args) {
     int n_views = 0;
     Py_ssize_t n = 0;
     PyObject *out = NULL;
+    uint8_t *scratch = NULL;
     if (!write_args(arrays, prefixes, kinds, features, views, &n_views, &n)) goto done;
+    scratch = (uint8_t *)PyMem_Malloc((size_t)scratch_size(features, n_views));
+    if (!scratch) { PyErr_NoMemory(); goto done; }
     out = PyList_New(n);
     if (!out) goto done;
     for (Py_ssize_t r = 0; r < n; r++) {
-        uint64_t size = plan_record(features, n_views, r);
-        uint64_t length = 1 + varint_len(size) + size;
-        if (length > (uint64_t)PY_SSIZE_T_MAX) { PyErr_NoMemory(); Py_CLEAR(out); goto done; }
-        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+        const uint64_t size = stage_record(features, n_views, r, scratch);
+        const uint64_t length = 1 + varint_len(size) + size;
+        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length); /* length < 11 bytes a value */
         if (!record) { Py_CLEAR(out); goto done; }
         uint8_t *start = (uint8_t *)PyBytes_AS_STRING(record);
-        if (write_record(start, features, n_views, r, size) != start + length) { /* cannot happen: planned above */
+        if (write_record(start, features, n_views, size) != start + length) { /* cannot happen: measured above */
             Py_DECREF(record);
             Py_CLEAR(out);
             PyErr_SetString(PyExc_SystemError, "serialize_examples: a record's length differs from its plan");
@@ -767,6 +784,74 @@ static PyObject *serialize_examples(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(out, r, record);
     }
 done:
+    PyMem_Free(scratch);
+    release_all(views, n_views);
+    return out;
+}
+
+/* serialize_frames(arrays, prefixes, kinds, rows, ends) -> bytes: the records of serialize_examples
+ * for the rows `rows` (int64 row numbers, in that order), each in its TFRecord frame as
+ * frame_records writes it, in one bytes object; ends (int64, as many as rows, written) gets the
+ * end offset of each frame. One pass a record and no object per record: what a worker writes,
+ * where serialize_examples then frame_records made a bytes object per record and copied it. */
+static PyObject *serialize_frames(PyObject *self, PyObject *args) {
+    PyObject *arrays, *prefixes, *kinds, *rows_obj, *ends_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO", &arrays, &prefixes, &kinds, &rows_obj, &ends_obj)) return NULL;
+    WFeature features[MAX_FEATURES];
+    Py_buffer views[MAX_FEATURES], rows_view, ends_view;
+    int n_views = 0, have_rows = 0, have_ends = 0;
+    Py_ssize_t n = 0, used = 0, capacity = 0;
+    PyObject *out = NULL;
+    uint8_t *scratch = NULL;
+    if (!write_args(arrays, prefixes, kinds, features, views, &n_views, &n)) goto fail;
+    const Py_ssize_t m = PyObject_Length(rows_obj);
+    if (m < 0 || !typed_buffer(rows_obj, &rows_view, 0, m, 8, 'q', "serialize_frames: rows")) goto fail;
+    have_rows = 1;
+    if (!typed_buffer(ends_obj, &ends_view, 1, m, 8, 'q', "serialize_frames: ends")) goto fail;
+    have_ends = 1;
+    const int64_t *rows = (const int64_t *)rows_view.buf;
+    int64_t *ends = (int64_t *)ends_view.buf;
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (rows[i] < 0 || rows[i] >= n) {
+            PyErr_Format(PyExc_IndexError, "serialize_frames: row %lld of a batch of %zd", (long long)rows[i], n);
+            goto fail;
+        }
+    scratch = (uint8_t *)PyMem_Malloc((size_t)scratch_size(features, n_views));
+    if (!scratch) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const uint64_t size = stage_record(features, n_views, (Py_ssize_t)rows[i], scratch);
+        const uint64_t length = 1 + varint_len(size) + size; /* < 11 bytes a value */
+        if ((uint64_t)(capacity - used) < 16 + length) { /* grow: the first record's size times the rows, then doubling */
+            Py_ssize_t want = capacity ? 2 * capacity : (Py_ssize_t)(16 + length) * (m + 1) + 65536;
+            if (want < used + 16 + (Py_ssize_t)length) want = used + 16 + (Py_ssize_t)length;
+            if (!out) out = PyBytes_FromStringAndSize(NULL, want);
+            else if (_PyBytes_Resize(&out, want) < 0) out = NULL;
+            if (!out) goto fail;
+            capacity = want;
+        }
+        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out) + used;
+        uint32_t crc;
+        memcpy(p, &length, 8); /* little-endian: see module init */
+        crc = masked(crc32c(p, 8));
+        memcpy(p + 8, &crc, 4);
+        if (write_record(p + 12, features, n_views, size) != p + 12 + length) { /* cannot happen: measured above */
+            PyErr_SetString(PyExc_SystemError, "serialize_frames: a record's length differs from its plan");
+            goto fail;
+        }
+        crc = masked(crc32c(p + 12, (size_t)length));
+        memcpy(p + 12 + length, &crc, 4);
+        used += 16 + (Py_ssize_t)length;
+        ends[i] = used;
+    }
+    if (!out) out = PyBytes_FromStringAndSize(NULL, 0);
+    else if (used != capacity && _PyBytes_Resize(&out, used) < 0) out = NULL;
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(scratch);
+    if (have_rows) PyBuffer_Release(&rows_view);
+    if (have_ends) PyBuffer_Release(&ends_view);
     release_all(views, n_views);
     return out;
 }
@@ -825,22 +910,6 @@ done:
 }
 
 /* ---------------------------------------------------------------- a pass's rows: assembly and masking */
-
-/* A buffer that holds exactly `count` items of `item` bytes of struct format `code` ('i' int32,
- * 'q' int64, 'd' float64, '?' bool), C-contiguous (writable when asked); 0 and an error if not. */
-static int typed_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t count, Py_ssize_t item, char code,
-                        const char *what) {
-    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
-    const char *fmt = view->format ? view->format : "B";
-    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
-    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0];
-    if (got != code || fmt[1] != 0 || view->itemsize != item || view->len != count * item) {
-        PyErr_Format(PyExc_TypeError, "%s: needs %zd C-contiguous items of format '%c'", what, count, code);
-        PyBuffer_Release(view);
-        return 0;
-    }
-    return 1;
-}
 
 /* The buffers of an assembling function's arrays into v (released by the caller, *nv of them):
  * objs[0] a flat int32 token array of any length (its size into *size), then objs[1..count) of
@@ -2231,6 +2300,8 @@ static PyMethodDef methods[] = {
      "(data, starts, lengths, keys, kinds, counts, outs, ok_out, small) -> wide"},
     {"clean_rows", clean_rows, METH_VARARGS, "(arrays, params, kinds, real_out, pred_out) -> None or sums"},
     {"serialize_examples", serialize_examples, METH_VARARGS, "(arrays, prefixes, kinds) -> list of tf.train.Example bytes"},
+    {"serialize_frames", serialize_frames, METH_VARARGS,
+     "(arrays, prefixes, kinds, rows, ends) -> bytes: those rows' tf.train.Example records in TFRecord frames"},
     {"frame_records", frame_records, METH_O, "(payloads) -> bytes: their TFRecord frames"},
     {"assemble_pairs", assemble_pairs, METH_VARARGS,
      "(n, L, ids, a_lo, a_hi, b_lo, b_hi, cls, sep, input_ids, input_mask, segment_ids, candidates, real_length) -> ok"},
@@ -2273,7 +2344,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 7) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 8) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -84,10 +84,33 @@ class TFRecordContainer:
     def frame(self, payloads: Sequence[bytes]) -> bytes:
         """One run of records: framed, and a gzip member with ``--compression gzip`` (mtime 0, so
         the bytes depend only on the records)."""
-        data = frame_records(payloads)
-        if self.compression == "gzip":
-            data = gzip.compress(data, compresslevel=6, mtime=0)
-        return data
+        return self._member(frame_records(payloads))
+
+    def _member(self, data):
+        return gzip.compress(data, compresslevel=6, mtime=0) if self.compression == "gzip" else data
+
+    def frame_runs(self, encoder, features: Mapping[str, np.ndarray],
+                   shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:
+        """A batch's records (rows in output order, row i for shard ``shard_of_row[i]``) as one run
+        per shard present, in shard order: ``(shard, bytes-like, records)``, each run what
+        :meth:`frame` makes of the shard's payloads. An encoder that frames its own records
+        (``encode_frames``: one pass over the batch, no object per record) is asked to."""
+        shard_of_row = np.asarray(shard_of_row, dtype=np.int64)
+        counts = np.bincount(shard_of_row) if len(shard_of_row) else np.zeros(0, dtype=np.int64)
+        shards = np.flatnonzero(counts).tolist()
+        encode_frames = getattr(encoder, "encode_frames", None)
+        if encode_frames is None:
+            payloads = encoder.encode(features)
+            return [(shard, self.frame([payloads[row] for row in np.flatnonzero(shard_of_row == shard).tolist()]),
+                     int(counts[shard])) for shard in shards]
+        data, ends = encode_frames(features, np.argsort(shard_of_row, kind="stable"))
+        view, runs, start, done = memoryview(data), [], 0, 0
+        for shard in shards:
+            done += int(counts[shard])
+            end = int(ends[done - 1])
+            runs.append((shard, self._member(view[start:end]), int(counts[shard])))
+            start = end
+        return runs
 
 
 class ShardWriter(Protocol):

@@ -259,21 +259,8 @@ def _native_values(name: str, dtype: str, array: np.ndarray, n: int) -> np.ndarr
     return np.ascontiguousarray(array, dtype=np.int64)  # uint32, and uint64 below 2**63: exact
 
 
-def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]]) -> List[bytes]:
-    # Over 80 lines on purpose: the three steps (plan, lay out slots, cut records) share the
-    # plan's arrays, and this is the writer's hottest function (see the module docstring).
-    """Serialize a batch of records to ``tf.train.Example`` wire bytes.
-
-    ``features`` maps name -> 2-D array ``(n, k_name)`` (same ``n`` for all); ``order`` lists
-    ``(name, dtype)`` with dtype ``"int64"`` or ``"float32"`` in the order the map entries are
-    written. Pass names sorted (as :mod:`bert_data.schema` does) to get exactly the bytes of
-    ``SerializeToString(deterministic=True)``. (Caveat for other schemas: when one key is a
-    prefix of another, e.g. ``"a"`` and ``"ab"``, the upb protobuf backend that TensorFlow's
-    Python API uses writes the longer key first, unlike C++ protobuf; the BERT names are
-    prefix-free.) Negative int64 values are encoded as 10-byte varints, like protobuf; float
-    inputs are rounded to float32. Names in ``features`` that are not in ``order`` are
-    ignored. Returns ``n`` ``bytes`` objects.
-    """
+def _batch_arrays(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]]) -> Tuple[List[str], Dict[str, np.ndarray], int]:
+    """The batch's arrays of ``order``'s names and its row count, checked as every encoder needs."""
     names = [name for name, _ in order]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate feature names in order: {names}")
@@ -291,6 +278,49 @@ def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple
         for name in names:
             if arrays[name].ndim != 2 or arrays[name].shape[0] != 0:
                 raise ValueError(f"feature {name!r}: expected a 2-D array with 0 rows, got {arrays[name].shape}")
+    return names, arrays, n
+
+
+def serialize_frames(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]],
+                     rows: np.ndarray) -> Optional[Tuple[bytes, np.ndarray]]:
+    """The records of :func:`serialize_examples` for the batch rows ``rows`` (in that order), each
+    in its TFRecord frame, as one ``bytes``, and the end offset of each frame (int64): the bytes of
+    ``tfrecord.frame_records([records[r] for r in rows])``, made by the C accelerator in one pass
+    without a ``bytes`` object per record (a worker's hottest step). None without the accelerator
+    (or with more features than it takes): the caller then frames :func:`serialize_examples`'
+    records itself (:class:`bert_data.format.encoders.ExampleEncoder`), since this module does
+    not import the framing one."""
+    native = wire()
+    if native is None or len(order) > NATIVE_MAX_FEATURES:
+        return None
+    names, arrays, n = _batch_arrays(features, order)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    ends = np.empty(len(rows), dtype=np.int64)
+    if n == 0:
+        if len(rows):
+            raise IndexError(f"rows {rows[:3].tolist()} of a batch of 0 rows")
+        return b"", ends
+    values = tuple(_native_values(name, dtype, arrays[name], n) for name, dtype in order)
+    return native.serialize_frames(values, *_entry_prefixes(tuple(map(tuple, order))), rows, ends), ends
+
+
+def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]]) -> List[bytes]:
+    # Over 80 lines on purpose: the three steps (plan, lay out slots, cut records) share the
+    # plan's arrays, and this is the writer's hottest function (see the module docstring).
+    """Serialize a batch of records to ``tf.train.Example`` wire bytes.
+
+    ``features`` maps name -> 2-D array ``(n, k_name)`` (same ``n`` for all); ``order`` lists
+    ``(name, dtype)`` with dtype ``"int64"`` or ``"float32"`` in the order the map entries are
+    written. Pass names sorted (as :mod:`bert_data.schema` does) to get exactly the bytes of
+    ``SerializeToString(deterministic=True)``. (Caveat for other schemas: when one key is a
+    prefix of another, e.g. ``"a"`` and ``"ab"``, the upb protobuf backend that TensorFlow's
+    Python API uses writes the longer key first, unlike C++ protobuf; the BERT names are
+    prefix-free.) Negative int64 values are encoded as 10-byte varints, like protobuf; float
+    inputs are rounded to float32. Names in ``features`` that are not in ``order`` are
+    ignored. Returns ``n`` ``bytes`` objects.
+    """
+    names, arrays, n = _batch_arrays(features, order)
+    if n == 0:
         return []
     native = wire()
     if native is not None and len(names) <= NATIVE_MAX_FEATURES:  # the same bytes, one C loop per record

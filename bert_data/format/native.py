@@ -4,7 +4,7 @@
 decoded, the record checks: :mod:`bert_data.format.batch_decode`, :mod:`bert_data.format.checks`)
 and writing (a pass's pairs planned on its ``random.Random``'s state, its rows assembled and masked on
 its own draws: :mod:`bert_data.instances`, :mod:`bert_data.windows`, :mod:`bert_data.masking`; a
-batch of ``tf.train.Example`` records serialized, payloads framed:
+batch of ``tf.train.Example`` records serialized, payloads framed, or both in one pass:
 :mod:`bert_data.format.example_wire`, :mod:`bert_data.format.tfrecord`). It is optional (built by
 ``setup.py`` when a C compiler is there), and every caller keeps a numpy or Python version of each
 function, used when :func:`wire` is None; the tests hold the two to the same answers and bytes.
@@ -26,7 +26,7 @@ import logging
 from types import ModuleType
 from typing import Optional
 
-WIRE_API = 7  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
+WIRE_API = 8  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
 
 def bind_optional(name: str, api: int, without: str) -> Optional[ModuleType]:
     """The optional C module ``name`` (built by setup.py when a compiler is there), or None: not

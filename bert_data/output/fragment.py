@@ -62,20 +62,14 @@ class FragmentWriter:
     def write_batch(self, features: Mapping[str, np.ndarray], shard_of_row: np.ndarray) -> None:
         """Serialize one batch (rows already in output order) into per-shard segments."""
         started = time.perf_counter()
-        payloads = self.encoder.encode(features)  # once per batch: per-call overhead is not small
-        self.seconds["serialize"] = self.seconds.get("serialize", 0.0) + time.perf_counter() - started
-        for shard in range(self.num_shards):
-            rows = np.flatnonzero(shard_of_row == shard)
-            if len(rows) == 0:
-                continue
-            started = time.perf_counter()
-            data = self.container.frame([payloads[row] for row in rows.tolist()])
-            serialized = time.perf_counter()
+        runs = self.container.frame_runs(self.encoder, features, shard_of_row)  # once per batch: per-call overhead is not small
+        serialized = time.perf_counter()
+        for shard, data, records in runs:
             self._handle.write(data)
-            self.seconds["serialize"] = self.seconds.get("serialize", 0.0) + serialized - started
-            self.seconds["write"] = self.seconds.get("write", 0.0) + time.perf_counter() - serialized
-            self.segments.append(Segment(shard, self._offset, len(data), len(rows)))
+            self.segments.append(Segment(shard, self._offset, len(data), records))
             self._offset += len(data)
+        self.seconds["serialize"] = self.seconds.get("serialize", 0.0) + serialized - started
+        self.seconds["write"] = self.seconds.get("write", 0.0) + time.perf_counter() - serialized
 
     def close(self) -> None:
         self._handle.close()
