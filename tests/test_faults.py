@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,6 +70,9 @@ def test_fault_matrix_resume_gives_the_clean_bytes(corpus, tmp_path, objective, 
         assert lines == [line for line in killed.stderr.splitlines() if line.startswith("create_tfrecords")]
         assert "a worker process died (killed" in killed.stderr  # by SIGKILL, when its exit code was seen in time
         assert "continue with --resume" in killed.stderr and "Traceback" not in killed.stderr
+        named = re.search(r"while groups? (\d+)(?:-(\d+))? (?:was|were) being made", killed.stderr)
+        assert named, killed.stderr  # the group whose worker was killed among those named in flight
+        assert int(named[1]) <= int(crash_at.split(":")[1]) <= int(named[2] or named[1]), killed.stderr
     else:
         assert killed.returncode == -signal.SIGKILL
     assert not (out / "data_params.json").exists()

@@ -597,3 +597,27 @@ def test_index_bytes_parse_back(lengths, dtype, data) -> None:
         parse_index(index[:-1])
     with pytest.raises(ValueError):
         check_consistent(got_dtype, got_lengths, pointers, indices, sum(lengths) * np.dtype(dtype).itemsize + 2)
+
+
+def test_a_worker_killed_while_making_the_pool_is_named_and_the_same_command_completes(corpus, tmp_path: Path) -> None:
+    """The pool task is not a group: a worker killed while making it says so (it said 'group -1'),
+    and the same command then makes the whole cache, pool kept."""
+    cache = tmp_path / "cache"
+    args = _tokenize_args(corpus, cache, split_num=4, num_workers=2)
+    killed = _cli("tokenize", args, env={"BERT_DATA_CRASH_AT": "worker:-1"})
+    assert killed.returncode == 3, killed.stderr
+    assert "a worker process died" in killed.stderr and "NSP's negative pool" in killed.stderr
+    assert "group -1" not in killed.stderr and "Traceback" not in killed.stderr
+    again = _cli("tokenize", args)
+    assert again.returncode == 0, again.stderr
+    assert "pool for --seed 0 kept" in again.stdout and list(cache.glob("pool-*.npz"))
+
+
+def test_what_was_being_made_is_named_in_words() -> None:
+    from bert_data.runners.pool import _in_flight_words
+
+    assert _in_flight_words([]) == "the run"
+    assert _in_flight_words([3]) == "group 3 was being made"
+    assert _in_flight_words([2, 3, 4]) == "groups 2-4 were being made"
+    assert _in_flight_words([-1]) == "NSP's negative pool was being made"
+    assert _in_flight_words([-1, 0]) == "NSP's negative pool and group 0 were being made"

@@ -127,9 +127,9 @@ def run_groups(
                 pending.append((group_index, _submit(pool, group_index, items, work_dir)))
                 workers.update(getattr(pool, "_processes", None) or {})
                 if len(pending) >= 2 * config.num_workers:
-                    yield pending.popleft()[1].result()
+                    yield _next_result(pending)
             while pending:
-                yield pending.popleft()[1].result()
+                yield _next_result(pending)
         except BrokenProcessPool:
             error = _worker_died(list(workers.values()), pending)
             _stop_pool(pool, pending)
@@ -137,6 +137,14 @@ def run_groups(
         except BaseException:
             _stop_pool(pool, pending)
             raise
+
+
+def _next_result(pending: deque) -> GroupResult:
+    """The first pending group's result, taken off ``pending`` only once it is in: a worker that
+    died while making it leaves it there, so the error line names it among those in flight."""
+    result = pending[0][1].result()
+    pending.popleft()
+    return result
 
 
 _STOP_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGXCPU") if hasattr(signal, name)}
@@ -161,16 +169,24 @@ def _worker_died(processes: List, pending: deque) -> "WorkerDiedError":
     naming the groups in flight and how to continue."""
     in_flight = [g for g, _ in pending]
     how = _how_workers_died(processes)
-    if not in_flight:
-        groups = "the run"
-    elif len(in_flight) == 1:
-        groups = f"group {in_flight[0]} was being made"
-    else:
-        groups = f"groups {in_flight[0]}-{in_flight[-1]} were being made"
+    groups = _in_flight_words(in_flight)
     hint = " and fewer --num_workers or a smaller --group_bytes" if "SIGKILL" in how or "memory" in how else ""
     return WorkerDiedError(
         f"a worker process died{how} while {groups}; nothing was published: continue with --resume (same flags){hint}"
     )
+
+
+def _in_flight_words(in_flight: List[int]) -> str:
+    """What was being made, in words: ``group 3 was being made``, ``groups 2-5 were ...``; a
+    negative task index is not a group but ``bert-data tokenize``'s NSP pool task
+    (:data:`bert_data.runners.tokenize.POOL_TASK`), named as such."""
+    if not in_flight:
+        return "the run"
+    groups = [g for g in in_flight if g >= 0]
+    parts = ["NSP's negative pool"] if len(groups) < len(in_flight) else []
+    if groups:
+        parts.append(f"group {groups[0]}" if len(groups) == 1 else f"groups {groups[0]}-{groups[-1]}")
+    return f"{' and '.join(parts)} {'was' if len(in_flight) == 1 else 'were'} being made"
 
 
 def _how_workers_died(processes: List) -> str:
