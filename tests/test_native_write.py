@@ -196,6 +196,39 @@ def test_wire_serialize_frames_refuses_bad_rows(wire, rows, ends, error):
         wire.serialize_frames((np.ones((2, 3), np.int32),), prefixes, kinds, rows, ends)
 
 
+def test_rows_outside_the_batch_are_refused_on_both_paths():
+    from bert_data.format.encoders import ExampleEncoder
+
+    encoder = ExampleEncoder.__new__(ExampleEncoder)
+    encoder.order = (("a", "int64"),)
+    features = {"a": np.arange(6, dtype=np.int32).reshape(3, 2)}
+
+    def refused(rows):
+        with pytest.raises(IndexError):
+            encoder.encode_frames(features, np.array(rows, np.int64))
+        return True
+
+    for rows in ([-1], [3], [0, 1, 7]):
+        assert both(lambda: refused(rows)) == (True, True)
+
+
+@pytest.mark.parametrize("shards", [[0, 2, 1], [0, -1, 1], [0.0, 1.5, 1.0]])
+def test_the_fragment_writer_refuses_rows_of_no_shard(tmp_path, shards):
+    """A row's shard outside [0, num_shards) is a bug upstream: refused, never dropped (the writer
+    once framed each shard's rows by equality, and silently lost such a row) nor written."""
+    from bert_data.format.containers import TFRecordContainer
+    from bert_data.format.encoders import ExampleEncoder
+    from bert_data.output.fragment import FragmentWriter
+
+    encoder = ExampleEncoder.__new__(ExampleEncoder)
+    encoder.order = (("a", "int64"),)
+    writer = FragmentWriter(path=str(tmp_path / "f"), encoder=encoder, container=TFRecordContainer(), num_shards=2)
+    with pytest.raises(ValueError, match="shards of rows"):
+        writer.write_batch({"a": np.arange(6, dtype=np.int32).reshape(3, 2)}, np.array(shards))
+    writer.abort()
+    assert writer.segments == []
+
+
 def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
     """A worker's fragment writer serializes and frames each batch in one C call
     (serialize_frames), so the figures in docs/performance.md are of that path."""

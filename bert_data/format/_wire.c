@@ -41,8 +41,12 @@
  *
  * serialize_examples(arrays, prefixes, kinds) -> list of bytes
  *     The tf.train.Example of each row of a batch (bert_data.format.example_wire.serialize_examples'
- *     bytes): per record, the lengths are planned, then one bytes object is written. Documented at
- *     the function.
+ *     bytes): per record, its values are written to a scratch buffer and measured, then one bytes
+ *     object is written. Documented at the function.
+ *
+ * serialize_frames(arrays, prefixes, kinds, rows, ends) -> bytes
+ *     The same records of the rows `rows`, each in its TFRecord frame, in one bytes object (what a
+ *     worker writes: bert_data.format.encoders.ExampleEncoder.encode_frames).
  *
  * frame_records(payloads) -> bytes
  *     TFRecord frames of a sequence of payloads (bert_data.format.tfrecord.frame_records' bytes).
@@ -61,8 +65,8 @@
  *     state handed back is the one Python's planner leaves (documented at the function). None
  *     sends the caller to Python's planner. mt_draws(...) runs the generator alone (tests).
  *
- * The writers hold the GIL (they are called from one thread, and the first two make Python
- * objects as they go); plan_pairs and choose_rows release it while they work.
+ * The writers hold the GIL (they are called from one thread, and the serializers and framing
+ * make Python objects as they go); plan_pairs and choose_rows release it while they work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

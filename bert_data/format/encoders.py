@@ -38,7 +38,10 @@ class ExampleEncoder:
         if framed is not None:
             return framed
         payloads = self.encode(features)
-        picked = [payloads[row] for row in np.asarray(rows, dtype=np.int64).tolist()]
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(payloads)):  # as the C path refuses them
+            raise IndexError(f"encode_frames: rows {rows.min()}..{rows.max()} of a batch of {len(payloads)}")
+        picked = [payloads[row] for row in rows.tolist()]
         return frame_records(picked), np.cumsum([16 + len(p) for p in picked], dtype=np.int64)
 
 

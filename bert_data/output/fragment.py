@@ -62,6 +62,11 @@ class FragmentWriter:
     def write_batch(self, features: Mapping[str, np.ndarray], shard_of_row: np.ndarray) -> None:
         """Serialize one batch (rows already in output order) into per-shard segments."""
         started = time.perf_counter()
+        shard_of_row = np.asarray(shard_of_row)
+        if len(shard_of_row) and (shard_of_row.dtype.kind not in "iu" or shard_of_row.min() < 0
+                                  or shard_of_row.max() >= self.num_shards):  # a bug upstream, never data: refuse
+            raise ValueError(f"write_batch: shards of rows must be integers in [0, {self.num_shards}), "
+                             f"got {shard_of_row.dtype} {shard_of_row.min()}..{shard_of_row.max()}")
         runs = self.container.frame_runs(self.encoder, features, shard_of_row)  # once per batch: per-call overhead is not small
         serialized = time.perf_counter()
         for shard, data, records in runs:
