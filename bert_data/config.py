@@ -57,6 +57,8 @@ class Config:
     split_role: str = ""  # set internally: "train" or "validation" for each half of a split run
     # set internally by the plan (runners.plan.plan_run): the NSP negative pool, bert_data.negatives.encode_pool
     negative_pool: str = field(default="", repr=False)
+    # set internally by the plan: listed documents that are files of --output_dir (never removed by --overwrite)
+    listed_outputs: Tuple[str, ...] = field(default=(), repr=False)
     # --- execution ----------------------------------------------------------------------
     num_workers: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     # --- input formats ---
@@ -136,7 +138,7 @@ MOST_SEQUENCES_PER_PACK = 64
 # Fields the plan derives from the inputs, the sizes and the seed, never set by a user: not in
 # to_json (so neither in the manifest, nor compared by --resume: what they derive from is), not in
 # --print_config, refused in a --config preset (presets.INTERNAL_SETTINGS).
-DERIVED_SETTINGS = frozenset({"negative_pool"})
+DERIVED_SETTINGS = frozenset({"negative_pool", "listed_outputs"})
 
 # Settings that do not change a single output byte: a resumed run may differ in these.
 NON_OUTPUT_SETTINGS = frozenset({"num_workers", "overwrite", "resume", "output_dir", "runner", "beam_options",
@@ -315,6 +317,12 @@ def _validate_inputs(config: Config) -> None:
     _check_encoding(config.input_encoding)
     if not isinstance(config.text_key, str) or not config.text_key:
         raise ConfigError(f"--text_key must be a non-empty JSON key, got {short_repr(config.text_key)}")
+    if config.text_key != "text" and config.input_format != "jsonl":  # (else silently read as plain text)
+        raise ConfigError(f"--text_key only applies with --input_format jsonl (this run reads --input_format "
+                          f"{config.input_format}); add --input_format jsonl or drop --text_key")
+    if config.multiple_docs_separator != "\n" and not config.multiple_docs_in_single_file:
+        raise ConfigError("--multiple_docs_separator only applies with --multiple_docs_in_single_file (each file is one "
+                          "document without it); add --multiple_docs_in_single_file or drop --multiple_docs_separator")
     if config.input_format == "bert" and (config.multiple_docs_in_single_file or config.spacy_model):
         flag = "--multiple_docs_in_single_file" if config.multiple_docs_in_single_file else "--spacy_model"
         raise ConfigError(

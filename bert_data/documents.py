@@ -266,6 +266,8 @@ def _iter_item(item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator
         return
     try:
         with open(source.path, "rb") as handle:
+            if item.end is not None:
+                _require_planned_size(handle, item)
             if item.end is not None and options.input_format == "bert":
                 yield from _iter_bert_range(handle, item, options, stats)
             elif item.end is not None:
@@ -276,6 +278,19 @@ def _iter_item(item: WorkItem, options: ReadOptions, stats: Counter) -> Iterator
         raise _read_error(source, exc.error) from None
     except OSError as exc:
         raise _read_error(source, exc) from None
+
+
+def _require_planned_size(handle, item: WorkItem) -> None:
+    """A file read in byte ranges was planned at its size then: one cut short since (its ranges
+    past the new end would read nothing, the rest the new text) is an error, never a run of
+    neither version (the last range ends at the planned size, so some range of the file sees it)."""
+    size = os.fstat(handle.fileno()).st_size
+    if size < item.end:
+        raise MetadataError(
+            f"{item.source.where()}: document {item.source.path} changed while the run read it (it is {size} bytes now; "
+            f"the plan read it in ranges up to byte {item.end}); run again with --overwrite once it no longer changes "
+            f"(--resume cannot continue a run whose documents changed)"
+        )
 
 
 def _iter_whole(handle, source: DocumentSource, options: ReadOptions, stats: Counter) -> Iterator[str]:
@@ -523,10 +538,14 @@ def can_range(source: DocumentSource, options: ReadOptions) -> bool:
 
 def _ascii_compatible(encoding: str) -> bool:
     """ASCII bytes mean ASCII characters (so a newline is the byte 0x0a and never half of another
-    character, and a range snapped to a line start decodes correctly): UTF-8, Latin-1, cp1252, ..."""
+    character, and a range snapped to a line start decodes correctly): UTF-8, Latin-1, cp1252, ...
+    Not the stateful ISO-2022 family, whose escape sequences (ASCII bytes) shift every byte after
+    them into another character set: a range after the file's first escape decodes as other text."""
     if encoding == "utf-8-sig":
         return True
     try:
+        if codecs.lookup(encoding).name.startswith("iso2022"):
+            return False
         return "".join(map(chr, range(128))).encode(encoding) == bytes(range(128))
     except (UnicodeError, LookupError):
         return False

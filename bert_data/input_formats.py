@@ -157,12 +157,20 @@ class _TextConsumer:
     def feed(self, text: str, final: bool = False) -> List[str]:
         self.buffer += text
         out: List[str] = []
+        held = ""
         if self.separator is not None:
             parts = self.buffer.split(self.separator)
             self.buffer = parts.pop()
             for part in parts:
                 out.extend(self.pieces.take(part, True)[0])
+            if not final and len(self.separator) > 1:
+                # The unfinished document's last characters may be the start of a separator that the
+                # next text completes: never cut a piece there (a document's next one would be read
+                # as its continuation). Only where a cut is made waits: it is the same cut.
+                keep = len(self.separator) - 1
+                self.buffer, held = self.buffer[:-keep], self.buffer[-keep:]
         pieces, self.buffer = self.pieces.take(self.buffer, final)
+        self.buffer += held
         return out + pieces
 
 

@@ -19,7 +19,7 @@ from .errors import ConfigError
 MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines; a larger file is not one
 PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")  # package data
 # set by the runner for each half of a split job, or derived by the plan (the NSP negative pool), never by users
-INTERNAL_SETTINGS = frozenset({"split_role", "negative_pool"})
+INTERNAL_SETTINGS = frozenset({"split_role", "negative_pool", "listed_outputs"})
 COMMAND_LINE_ONLY = frozenset({"config", "log_level", "quiet", "print_config"})  # flags that are not settings
 
 

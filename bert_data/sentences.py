@@ -68,8 +68,11 @@ def chunk_text(text: str, max_chars: int) -> List[str]:
 
 
 def line_sentences(text: str) -> List[str]:
-    """``--single_sentence_per_line``: every non-empty line is one sentence."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    """``--single_sentence_per_line`` (and ``--input_format bert``): every non-empty line is one
+    sentence. Lines end at ``\n`` only (the reader has made ``\r\n`` and ``\r`` into it), as
+    BERT's ``readline`` and the Model Zoo's ``for line in file`` split them: ``str.splitlines``
+    would also cut a line at U+2028, U+2029, U+0085, form feeds and the like, one sentence into two."""
+    return [line.strip() for line in text.split("\n") if line.strip()]
 
 
 def install_hint(model: str) -> str:
@@ -160,6 +163,12 @@ def load_spacy_pipeline(spacy_model: Optional[str]):
         raise SpacyModelError(
             f"--spacy_model {spacy_model} is not installed; install it with `{install_hint(spacy_model)}` "
             f"(or omit --spacy_model to use the built-in rule-based sentencizer)"
+        ) from None
+    except (ImportError, AttributeError, TypeError, ValueError, KeyError) as exc:  # not a pipeline, or a broken one
+        raise SpacyModelError(
+            f"--spacy_model {spacy_model} could not be loaded as a spaCy pipeline ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no message'}); give an installed pipeline's name or a saved "
+            f"pipeline's directory"
         ) from None
     names = list(nlp.pipe_names) + list(getattr(nlp, "disabled", []))
     keep = _sentence_components(names)

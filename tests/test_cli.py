@@ -484,7 +484,8 @@ def test_print_config_prints_the_merged_settings_and_runs_nothing(capsys, tmp_pa
 
 
 def test_print_config_reads_back_as_the_same_run(capsys, tmp_path, tiny_corpus, tiny_vocab):
-    args = base_args(tiny_corpus, tiny_vocab, tmp_path / "out", multiple_docs_separator="\\n==\\n", seed=7)
+    args = base_args(tiny_corpus, tiny_vocab, tmp_path / "out", multiple_docs_in_single_file=True,
+                     multiple_docs_separator="\\n==\\n", seed=7)
     assert main(args + ["--print_config"]) == 0
     printed = tmp_path / "printed.yaml"
     printed.write_text(capsys.readouterr().out, encoding="utf-8")
@@ -592,3 +593,17 @@ def test_the_open_file_check_guards_library_runs_too(tmp_path, tiny_corpus, tiny
                              preexec_fn=_limit_open_files(100, 100))
     assert refused.returncode == 2, refused.stderr
     assert "--num_output_files 200 needs about 268 open files" in refused.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["--metadata_files", "--validation_metadata_files"])
+def test_a_list_flag_given_twice_is_refused_not_replaced(capsys, tmp_path, tiny_corpus, tiny_vocab, flag):
+    """helper-15's case L: `--metadata_files a --metadata_files b` read only b (argparse replaces
+    the list), exit 0 with less than asked; now one line, exit 2."""
+    args = base_args(tiny_corpus, tiny_vocab, tmp_path / "out") + [flag, str(tiny_corpus), flag, str(tiny_corpus)]
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"create_tfrecords: error: {flag} is given twice, and the second would replace the first's list: "
+                   f"give every file after one {flag}"]
+    assert not (tmp_path / "out").exists()

@@ -217,13 +217,15 @@ def test_an_unknown_config_names_the_presets(tmp_path, monkeypatch, given, line)
     [("\\n", "\n"), ("\\n\\n", "\n\n"), ("\\t", "\t"), ("\\r\\n", "\r\n"), ("===", "==="), ("\n", "\n")],
 )
 def test_multiple_docs_separator_escapes(given, expected):
-    config = from_flags("--metadata_files", "m", "--vocab_file", "v", "--multiple_docs_separator", given)
+    config = from_flags("--metadata_files", "m", "--vocab_file", "v", "--multiple_docs_in_single_file",
+                        "--multiple_docs_separator", given)
     assert config.multiple_docs_separator == expected
 
 
 @pytest.mark.parametrize("given, expected", [("\\n§\\n", "\n§\n"), ("\\n—DOC—\\n", "\n—DOC—\n")])
 def test_multiple_docs_separator_escapes_keep_non_ascii(given, expected):
-    config = from_flags("--metadata_files", "m", "--vocab_file", "v", "--multiple_docs_separator", given)
+    config = from_flags("--metadata_files", "m", "--vocab_file", "v", "--multiple_docs_in_single_file",
+                        "--multiple_docs_separator", given)
     assert config.multiple_docs_separator == expected
 
 
@@ -309,9 +311,9 @@ def test_config_is_frozen_and_json_able():
         config.max_seq_length = 3  # type: ignore[misc]
     data = config.to_json()
     assert data["metadata_files"] == ["meta.txt"]
-    # negative_pool is derived by the plan; the packing settings are recorded only with --packing,
-    # output_format only when it is not tfrecord, from_tokens only when given
-    assert set(data) == ({f for f in Config.__dataclass_fields__} - {"negative_pool", "output_format", "from_tokens"}
+    # negative_pool and listed_outputs are derived by the plan; the packing settings are recorded only
+    # with --packing, output_format only when it is not tfrecord, from_tokens only when given
+    assert set(data) == ({f for f in Config.__dataclass_fields__} - {"negative_pool", "listed_outputs", "output_format", "from_tokens"}
                          - PACKING_SETTINGS)
     assert Config(output_format="parquet").to_json()["output_format"] == "parquet"
     assert Config(from_tokens="tokens/").to_json()["from_tokens"] == "tokens/"
@@ -432,6 +434,21 @@ def test_unknown_override_keys_are_a_config_error():
         build_config(dict(REQUIRED, colour="blue"))
 
 
+@pytest.mark.parametrize("flags, words", [
+    (("--text_key", "body"), "--text_key only applies with --input_format jsonl"),
+    (("--text_key", "body", "--input_format", "bert"), "--text_key only applies with --input_format jsonl"),
+    (("--multiple_docs_separator", "@@@"), "--multiple_docs_separator only applies with --multiple_docs_in_single_file"),
+])
+def test_a_flag_that_would_do_nothing_is_refused(flags, words):
+    """helper-15's case K: a JSON Lines dump with --text_key but without --input_format jsonl was
+    read as plain text (the raw JSON tokenized), exit 0, nothing said."""
+    with pytest.raises(ConfigError) as error:
+        validate(from_flags("--metadata_files", "m", "--vocab_file", "v", *flags))
+    assert str(error.value).startswith(words)
+    validate(from_flags("--metadata_files", "m", "--vocab_file", "v", "--text_key", "text"))  # the default: no effect, no error
+    validate(from_flags("--metadata_files", "m", "--vocab_file", "v", "--text_key", "body", "--input_format", "jsonl"))
+
+
 # --- --print_config ------------------------------------------------------------------------------
 
 
@@ -440,14 +457,15 @@ def test_printed_config_reads_back_as_the_same_config(tmp_path, separator):
     import yaml
 
     config = config_with(
-        metadata_files=("a.txt", "b c.txt"), multiple_docs_separator=separator, name="x: y", seed=-3,
+        metadata_files=("a.txt", "b c.txt"), multiple_docs_in_single_file=True, multiple_docs_separator=separator,
+        name="x: y", seed=-3,
         spacy_model="en_core_web_sm", masked_lm_prob=0.2, input_files_prefix="",
     )
     text = effective_yaml(config, "--config p.yaml")
     assert text.startswith("# create_tfrecords effective settings: defaults < --config p.yaml < flags\n")
     data = yaml.safe_load(text)
     assert "split_role" not in data and set(data) == (
-        set(Config.__dataclass_fields__) - {"split_role", "negative_pool", "output_format", "from_tokens"}
+        set(Config.__dataclass_fields__) - {"split_role", "negative_pool", "listed_outputs", "output_format", "from_tokens"}
         - PACKING_SETTINGS)  # (only with --packing; output_format only when not tfrecord; from_tokens only when given)
     preset = tmp_path / "printed.yaml"
     preset.write_text(text, encoding="utf-8")

@@ -117,6 +117,36 @@ def test_can_range_only_plain_utf8_line_oriented_local_files(tmp_path) -> None:
     assert not can_range(_src("gs://bucket/a.jsonl"), jsonl)
 
 
+@pytest.mark.parametrize("encoding", ["iso2022_kr", "iso-2022-jp", "ISO2022_JP_2"])
+def test_a_stateful_encoding_is_never_read_in_ranges(tmp_path, encoding) -> None:
+    """ISO-2022's escape sequences are ASCII bytes that shift what follows into another character
+    set, once, near the top of the file: a range after them decoded as other text (helper-15's
+    case C: 1,302 of 1,500 JSON lines skipped as bad JSON, exit 0). Read whole, every line parses."""
+    sentence = "日本語の文 {}。" if "jp" in encoding.lower() else "한국어 문장 {}."
+    lines = [json.dumps({"text": sentence.format(i)}, ensure_ascii=False) for i in range(300)]
+    path = tmp_path / "k.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode(encoding))
+    options = ReadOptions(input_format="jsonl", encoding=encoding)
+    assert not can_range(_src(str(path)), options)
+    assert can_range(_src(str(path)), ReadOptions(input_format="jsonl"))  # (as UTF-8 the bytes would be ranged)
+
+
+@pytest.mark.parametrize("input_format", ["text", "jsonl", "bert"])
+def test_a_file_cut_short_after_it_was_planned_in_ranges_is_an_error(tmp_path, input_format) -> None:
+    """helper-15's case R: a large file cut short while the run was going gave exit 0 and records
+    of neither version (ranges past the new end read nothing, the others the new text)."""
+    from bert_data.errors import MetadataError
+
+    line = '{"text": "a sentence here."}\n' if input_format == "jsonl" else "a sentence here.\n"
+    path = tmp_path / "big.txt"
+    path.write_text(line * 200, encoding="utf-8")
+    planned = _ranges(path.stat().st_size, 1000)
+    path.write_text(line * 50, encoding="utf-8")  # cut short after the plan
+    with pytest.raises(MetadataError, match=r"^m.txt:1: document .*big.txt changed while the run read it"):
+        _read(path, ReadOptions(input_format=input_format), planned)
+    assert _read(path, ReadOptions(input_format=input_format), _ranges(path.stat().st_size, 1000))[0]  # as planned now
+
+
 def test_long_documents_are_cut_into_pieces_at_line_breaks(tmp_path) -> None:
     text = "\n".join(f"sentence number {i} is here." for i in range(400))  # ~11 K characters
     path = tmp_path / "doc.txt"

@@ -297,3 +297,51 @@ def test_wikiextractor_on_plain_text_is_one_line(tmp_path: Path, tiny_corpus: Pa
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "no <doc ...> block found" in err[0] and "--input_format text" in err[0]
     assert not list((tmp_path / "out").glob("*.tfrecords"))
+
+
+# --- a separator split across two reads (helper-15's case B) -------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _documents_fed(text: str, cuts: List[int], separator: str, limit: int) -> Tuple[List[Tuple[str, bool]], Counter]:
+    """The documents _TextConsumer gives for ``text`` fed in chunks cut at ``cuts``, as (text,
+    is a continuation of the previous) pairs, and its counters."""
+    stats: Counter = Counter()
+    options = input_formats.ReadOptions(input_format="text", text_key="text", separator=separator,
+                                        max_document_chars=limit, encoding="utf-8")
+    consumer = input_formats._TextConsumer(options, stats)
+    out, start = [], 0
+    for end in sorted(set(cuts)) + [len(text)]:
+        out.extend(consumer.feed(text[start:end], final=end == len(text)))
+        start = end
+    return [(str(d), isinstance(d, input_formats.ContinuedPiece)) for d in out], stats
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text("ab -\n", max_size=30), min_size=1, max_size=6), st.sampled_from(["---", "", "\n", "==x"]),
+       st.integers(4, 25), st.lists(st.integers(0, 200), max_size=6))
+def test_documents_do_not_depend_on_where_the_text_was_cut_into_reads(docs, marker, limit, cuts):
+    """A document's end is its separator line wherever the reads cut the text, even inside the
+    separator while the unfinished document is longer than max_document_chars (the read once cut
+    a piece at the separator's own newline, and the next document became its continuation)."""
+    separator = "\n" + marker
+    text = separator.join(docs)
+    whole, whole_stats = _documents_fed(text, [], separator, limit)
+    fed, fed_stats = _documents_fed(text, [c for c in cuts if c < len(text)], separator, limit)
+    assert fed == whole and fed_stats == whole_stats
+    assert [d for d, continued in fed if not continued] == [part[:limit] if len(part) <= limit else d
+                                                            for part, (d, _) in zip(text.split(separator), [
+                                                                x for x in fed if not x[1]])]
+    assert len([1 for _, continued in fed if not continued]) == len(text.split(separator))
+
+
+def test_a_separator_across_the_read_boundary_of_a_long_document():
+    """The reviewer's case: the separator line "\n---" starts in one read and ends in the next,
+    while the unfinished document is over the limit, so a piece was cut at the separator's own
+    newline and the next document read as the continuation of this one."""
+    text = "0123456789\n---\nnext doc"
+    fed, stats = _documents_fed(text, [12], "\n---", 11)
+    assert fed == [("0123456789", False), ("\nnext doc", False)]
+    assert stats["documents_split.documents"] == 0

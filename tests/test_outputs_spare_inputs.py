@@ -237,6 +237,32 @@ def test_create_refuses_inputs_the_previous_manifest_lists_or_in_the_work_direct
     assert create_main(base_args(metadata, vocab, out, overwrite=True, quiet=True)) == 0  # the vocabulary elsewhere
 
 
+@pytest.mark.parametrize("spelling", ["plain", "symlink"])
+def test_create_refuses_to_remove_documents_it_reads(corpus, tmp_path, capsys, spelling):
+    """helper-15's case D: the output inside the corpus and the metadata made by `find` over it, so
+    that it lists the last run's shards and manifest: --overwrite deleted them, then the run
+    failed on the missing documents (and said --resume). Now one line before anything is touched,
+    however the entry reaches the file (here through a symlinked directory); compared by name, then
+    by identity (a link to a shard under another name is not seen: no stat per entry for it)."""
+    metadata, vocab = corpus
+    root = metadata.parent
+    out = root / "out"
+    assert create_main(base_args(metadata, vocab, out, num_output_files=2, quiet=True)) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    listed = out / "examples-2.tfrecords"
+    if spelling == "symlink":  # the same file through another directory
+        (root / "docs" / "linked").symlink_to(out)
+        listed = root / "docs" / "linked" / listed.name
+    every = tmp_path / "every.txt"
+    every.write_text(metadata.read_text() + f"{listed.relative_to(root)}\n", encoding="utf-8")
+    args = base_args(every, vocab, out, num_output_files=2, overwrite=True, quiet=True)
+    args[args.index("--input_files_prefix") + 1] = str(root)
+    line = one_line(capsys, "create_tfrecords", create_main, *args)
+    assert line.startswith(f"the listed document {root / listed.relative_to(root)} ") and "move it out of" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # nothing removed
+
+
 # --- --log_level: one rule for every tool -------------------------------------------------------------
 
 

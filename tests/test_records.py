@@ -841,3 +841,41 @@ def test_a_stale_accelerator_build_is_refused_with_a_warning(module, user, sourc
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"built from another version of {source}" in proc.stderr and "pip install -e ." in proc.stderr
+
+
+# --- GZIP files read as TensorFlow reads them (helper-15's case G) -------------------------------
+
+def _members(*runs: list) -> bytes:
+    from bert_data.format.tfrecord import frame_records
+
+    return b"".join(gzip.compress(frame_records(run), mtime=0) for run in runs)
+
+
+@pytest.mark.parametrize("tail, whole", [
+    (b"", True),  # members one after another: what a shard is
+    (b"\0" * 4096, False),  # zero padding: gzip.GzipFile skipped it; tf.data stops with a DataLossError
+    (b"\0", False),
+    (b"junk after the stream", False),
+    (b"\x1f", False),  # half a magic number
+])
+def test_bytes_after_the_last_gzip_member_are_an_error_as_for_tensorflow(tmp_path, tail, whole):
+    from bert_data.errors import RecordFormatError
+    from bert_data.format.batch_decode import iter_record_batches
+    from bert_data.format.tfrecord import iter_records
+
+    runs = [[b"a" * 10, b"b" * 300], [b"c" * 5], [b"d" * 70000]]
+    path = tmp_path / "x.tfrecords"
+    path.write_bytes(_members(*runs) + tail)
+    want = [p for run in runs for p in run]
+    if whole:
+        assert list(iter_records(str(path))) == want
+        assert sum(len(b) for b in iter_record_batches(str(path))) == len(want)
+        return
+    got = []
+    with pytest.raises(RecordFormatError, match="corrupt gzip stream"):
+        for record in iter_records(str(path)):
+            got.append(record)
+    assert got == want  # every record before the tail, as tf.data gives them
+    with pytest.raises(RecordFormatError, match="corrupt gzip stream"):
+        for _ in iter_record_batches(str(path)):
+            pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +99,23 @@ def test_resume_of_a_complete_run_changes_nothing(corpus, tmp_path: Path) -> Non
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert _cli(args + ["--resume"]).returncode == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_resume_of_a_finished_run_missing_a_shard_says_so(corpus, tmp_path: Path) -> None:
+    """helper-15's case E: a finished output whose shard was removed since was reported done
+    (exit 0, 'wrote ... instances'); now one line naming the file and --overwrite, which works."""
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4)
+    shutil.copytree(corpus["reference"], out)
+    (out / "examples-2.tfrecords").unlink()
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 2 and resumed.stdout == ""
+    assert resumed.stderr.strip().splitlines() == [
+        f"create_tfrecords: error: --resume: {out} holds a finished run, but {out}/examples-2.tfrecords, which its "
+        f"manifest {out}/{MANIFEST} lists, is missing; make it anew with --overwrite instead of --resume"]
+    again = _cli(args + ["--overwrite"])
+    assert again.returncode == 0, again.stderr
+    _assert_same_output(out, corpus["reference"])
 
 
 def _limit_file_size(limit: int):

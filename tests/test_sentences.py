@@ -100,6 +100,13 @@ def test_line_sentences():
     assert line_sentences("one.\n\n  two two \r\nthree\n") == ["one.", "two two", "three"]
 
 
+@pytest.mark.parametrize("inside", ["\u2028", "\u2029", "\x85", "\x0c", "\x0b", "\x1c", "\x1d", "\x1e"])
+def test_a_line_is_one_sentence_whatever_unicode_calls_a_line_break_inside_it(inside):
+    """helper-15's case H: str.splitlines cut a line at these, one sentence into two (BERT's
+    readline and the Model Zoo's file iteration end lines at \n only)."""
+    assert line_sentences(f"a b{inside}c d\nnext line\n") == [f"a b{inside}c d", "next line"]
+
+
 # --- SentenceSegmenter -----------------------------------------------------------------------
 
 

@@ -94,3 +94,34 @@ def test_a_missing_name_is_one_line_with_the_install_command(tmp_path, capsys) -
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "python -m spacy download en_not_installed_xyz" in err[0]
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.tfrecords"))
+
+
+@pytest.mark.parametrize("name", ["spacy", "json", "numpy"])
+def test_an_installed_package_that_is_no_pipeline_is_one_line_before_the_output_is_touched(tmp_path, capsys, name):
+    """helper-15's case I: `--spacy_model spacy` (an installed package, not a pipeline) passed the
+    start-up check, then spacy.load gave a 65-line traceback and left a work directory that made
+    the corrected command refuse; `json` said 'not installed ... continue with --resume'."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=2)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    assert main(base_args(metadata, vocab, out, spacy_model=name)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--spacy_model {name} is an installed Python package but not a spaCy pipeline" in err[0]
+    assert "--resume" not in err[0] and not (out / ".bert_data_work").exists()
+    assert main(base_args(metadata, vocab, out)) == 0  # the corrected command
+
+
+def test_a_pipeline_that_fails_to_load_is_one_line(monkeypatch) -> None:
+    """Whatever a broken pipeline raises while spaCy loads it is one line naming it."""
+    import spacy
+
+    from bert_data.errors import SpacyModelError
+    from bert_data.sentences import load_spacy_pipeline
+
+    def broken(*args, **kwargs):
+        raise TypeError("load() missing 1 required positional argument: 'name'\nmore")
+
+    monkeypatch.setattr(spacy, "load", broken)
+    with pytest.raises(SpacyModelError, match=r"^--spacy_model x_pipeline could not be loaded as a spaCy pipeline "
+                                              r"\(TypeError: load\(\) missing 1 required positional argument: 'name'\)"):
+        load_spacy_pipeline("x_pipeline")

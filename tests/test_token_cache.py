@@ -621,3 +621,16 @@ def test_what_was_being_made_is_named_in_words() -> None:
     assert _in_flight_words([2, 3, 4]) == "groups 2-4 were being made"
     assert _in_flight_words([-1]) == "NSP's negative pool was being made"
     assert _in_flight_words([-1, 0]) == "NSP's negative pool and group 0 were being made"
+
+
+@pytest.mark.parametrize("flags", [["--validation_fraction", "0.3"], ["--validation_metadata_files", "v.txt"]])
+def test_tokenize_and_create_give_the_same_way_for_a_split(corpus, tmp_path: Path, flags, capsys) -> None:
+    """helper-15's case J: tokenize said 'give --validation_fraction to create_tfrecords
+    --from_tokens', which refuses it; both now say: split the metadata, a cache per half."""
+    cache = tmp_path / "cache"
+    assert bert_data_main(["tokenize", *_tokenize_args(corpus, cache), *flags]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "split the metadata first (split_metadata)" in said and "give it to" not in said
+    done = _cli("create", base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", from_tokens=corpus["cache"])
+                + flags)
+    assert done.returncode == 2 and "split the metadata first (split_metadata)" in done.stderr

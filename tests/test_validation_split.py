@@ -77,3 +77,45 @@ def test_beam_runner_refuses_a_one_shot_split(tmp_path, tiny_vocab, capsys) -> N
         "with --runner beam, split first with split_metadata and run once per metadata file"
     ]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_split_job_and_a_plain_run_never_leave_each_others_output(tmp_path, tiny_vocab, capsys) -> None:
+    """helper-15's case A: a train/validation job into a directory holding a plain run's output left
+    that manifest and those shards on top (inspect said OK on them), even with --overwrite; a plain
+    --overwrite run left the old train/ and validation/. Now refused without --overwrite, replaced with it."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=12)
+    out = tmp_path / "out"
+    plain = base_args(metadata, tiny_vocab, out, num_output_files=2, quiet=True)
+    split = plain + ["--validation_fraction", "0.3"]
+    assert main(plain) == 0
+    capsys.readouterr()
+    assert main(split) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a run's output" in err[0] and "--overwrite" in err[0]
+    assert not (out / "train").exists()
+    (out / "notes.txt").write_text("mine\n")  # not a run's: left alone
+    assert main(split + ["--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "train", "validation"]
+    assert main(plain) == 2  # a plain run into the split's directory: not empty
+    capsys.readouterr()
+    assert main(plain + ["--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["data_params.json", "examples-1.tfrecords", "examples-2.tfrecords",
+                                                     "notes.txt"]
+
+
+def test_a_validation_list_of_nothing_or_of_a_missing_document_is_refused_before_train(tmp_path, tiny_vocab, capsys):
+    """helper-15's case F: the validation half's list was read only after train was published,
+    so the corrected command found train/ in its way; now one line before either half runs."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=8)
+    out = tmp_path / "out"
+    empty, missing = tmp_path / "empty.txt", tmp_path / "missing.txt"
+    empty.write_text("# none yet\n", encoding="utf-8")
+    missing.write_text("docs/not_there.txt\n", encoding="utf-8")
+    for listed, words in ((empty, "no documents listed"), (missing, "not_there.txt")):
+        assert main(base_args(metadata, tiny_vocab, out, quiet=True) + ["--validation_metadata_files", str(listed)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+        assert not out.exists()
+    one = tmp_path / "one.txt"
+    one.write_text(metadata.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    assert main(base_args(metadata, tiny_vocab, out, quiet=True) + ["--validation_metadata_files", str(one)]) == 0

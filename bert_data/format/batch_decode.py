@@ -23,7 +23,6 @@ Built on :mod:`bert_data.format.tfrecord` (CRCs, frame headers) and
 
 from __future__ import annotations
 
-import gzip
 import os
 import zlib
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from .tfrecord import (
     iter_records,
     looks_like_frame_header,
     masked_crc32c,
+    open_gzip,
     read_exact,
     tfrecord_compression,
 )
@@ -114,7 +114,7 @@ def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int =
     with handle:
         compressed = tfrecord_compression(read_exact(handle, 12)) == "gzip"
         handle.seek(0)
-        stream: BinaryIO = gzip.GzipFile(fileobj=handle, mode="rb") if compressed else handle  # type: ignore[assignment]
+        stream: BinaryIO = open_gzip(handle) if compressed else handle
         try:
             for batch in _chunked_batches(stream, chunk_bytes, handle.tell if compressed else None):
                 yielded += len(batch)

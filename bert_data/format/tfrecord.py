@@ -21,7 +21,6 @@ public helpers below (:func:`read_exact`, :func:`looks_like_frame_header`, :data
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import struct
@@ -164,6 +163,53 @@ class _Prefixed(io.RawIOBase):
 _READ_CHUNK = 1 << 24
 
 
+class _StrictGzip(io.RawIOBase):
+    """A GZIP file's decompressed bytes, member after member, as TensorFlow's GZIP reader takes
+    them: bytes after the last member that do not start another one (zero padding, garbage) are
+    an error. ``gzip.GzipFile`` skips zero padding silently, so a shard that ``tf.data`` stops
+    reading in the middle (``DataLossError``) read as whole here. Never closes ``raw``."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self._member = zlib.decompressobj(31)
+        self._input = b""  # compressed bytes not yet given to the decompressor
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        while not self._done:
+            if not self._input:
+                self._input = self.raw.read(1 << 16)
+                if not self._input:
+                    if self._member.eof:
+                        self._done = True
+                        break
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+            if self._member.eof:  # between members: the next must start here
+                if len(self._input) < 2:
+                    more = self.raw.read(1 << 16)
+                    if more:
+                        self._input += more
+                        continue
+                if self._input[:2] != GZIP_MAGIC:
+                    raise OSError(f"{len(self._input)}+ bytes after the last gzip member that start no other "
+                                  f"(TensorFlow's reader stops there with a DataLossError)")
+                self._member = zlib.decompressobj(31)
+            data = self._member.decompress(self._input, len(buffer))
+            self._input = self._member.unconsumed_tail or self._member.unused_data
+            if data:
+                buffer[: len(data)] = data
+                return len(data)
+        return 0
+
+
+def open_gzip(raw: BinaryIO) -> BinaryIO:
+    """A GZIP TFRecord file's decompressed stream, read as TensorFlow reads it (:class:`_StrictGzip`)."""
+    return io.BufferedReader(_StrictGzip(raw), buffer_size=1 << 16)
+
+
 def read_exact(f: BinaryIO, size: int) -> bytes:
     """Read ``size`` bytes (fewer only at end of stream), looping over short reads and in bounded chunks."""
     first = f.read(min(size, _READ_CHUNK))
@@ -247,7 +293,7 @@ def _iter_stream(f: BinaryIO, name: str, verify: bool) -> Iterator[bytes]:
     where = "uncompressed byte offset" if compressed else "byte offset"
 
     if compressed:
-        reader: BinaryIO = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+        reader: BinaryIO = open_gzip(stream)
 
         def read(size: int, offset: int) -> bytes:
             try:

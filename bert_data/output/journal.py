@@ -221,6 +221,24 @@ def resume_point(
     return previous
 
 
+def require_listed_files(output_dir: str) -> None:
+    """A finished run (its manifest checked by :func:`resume_point`) is complete only with every
+    file its manifest lists records in: one removed since is said, never reported as done (a
+    truncated one is found by inspect_tfrecords, which reads the records: the manifest keeps
+    counts, not sizes). Not for BERT's named files, whose staging run's shards move away."""
+    manifest_path = storage.join(output_dir, MANIFEST_NAME)
+    manifest = read_journal(manifest_path)
+    per_shard = manifest.get("instances_per_shard")
+    names = [n for n, c in per_shard.items() if isinstance(n, str) and n == os.path.basename(n) and n not in ("", ".", "..")
+             and isinstance(c, int) and c > 0] if isinstance(per_shard, dict) else []
+    missing = next((n for n in names if not _exists(storage.join(output_dir, n))), None)
+    if missing is not None:
+        raise ResumeError(
+            f"--resume: {output_dir} holds a finished run, but {storage.join(output_dir, missing)}, which its manifest "
+            f"{manifest_path} lists, is missing; make it anew with --overwrite instead of --resume"
+        )
+
+
 def _exists(path: str) -> bool:
     return storage.exists(path) if storage.is_remote(path) else os.path.lexists(path)
 

@@ -32,7 +32,7 @@ from ..format.manifest import ManifestError, listed_shard_names, load_manifest
 from ..identity import written_over_input
 from ..storage import is_remote, join as join_path, local_path_of, write_bytes, write_json_atomically
 from .fragment import Segment, copy_range
-from .journal import check_progress, damaged, read_journal, read_json_object, resume_point
+from .journal import check_progress, damaged, read_journal, read_json_object, require_listed_files, resume_point
 from .lock import output_lock
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
@@ -127,12 +127,14 @@ class ShardAssembler:
 
 
 def run_inputs(config) -> List[Tuple[str, str]]:
-    """``(flag, path)`` of the files a run names as its inputs (metadata files, the vocabulary):
-    what preparing its output must never remove or replace."""
+    """``(flag, path)`` of the files a run names as its inputs (metadata files, the vocabulary, the
+    listed documents that are files of the output directory: the plan's ``listed_outputs``): what
+    preparing its output must never remove or replace."""
     named = [("--metadata_files", path) for path in config.metadata_files]
     named += [("--validation_metadata_files", path) for path in getattr(config, "validation_metadata_files", ())]
     if config.vocab_file:
         named.append(("--vocab_file", config.vocab_file))
+    named += [("the listed document", path) for path in getattr(config, "listed_outputs", ())]
     return named
 
 
@@ -231,10 +233,18 @@ def prepare_output_dir(
             raise OutputError(
                 f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
             )
+        halves = split_halves(output_dir)  # a train/validation job's outputs: replaced by this run too
+        for half in halves:  # (an input inside one is refused, as one inside the work directory)
+            refuse_replacing_inputs(output_dir, [], half, inputs)
         for entry in sorted(doomed, key=lambda e: e != MANIFEST_NAME):  # the manifest first
             path = os.path.join(output_dir, entry)
             if os.path.lexists(path) and not os.path.isdir(path):
                 os.unlink(path)
+        for half in halves:  # each half's manifest first, so that a kill here leaves no half that looks finished
+            manifest = os.path.join(half, MANIFEST_NAME)
+            if os.path.lexists(manifest):
+                os.unlink(manifest)
+            shutil.rmtree(half)
     try:
         os.makedirs(output_dir, exist_ok=True)
         if os.path.exists(work_dir):
@@ -243,6 +253,52 @@ def prepare_output_dir(
     except OSError as exc:
         raise OutputError(f"--output_dir {output_dir} cannot be written ({exc.strerror})") from None
     return work_dir
+
+
+SPLIT_HALVES = ("train", "validation")  # a train/validation job's outputs in its --output_dir (runners.plan.split_configs)
+
+
+def split_halves(output_dir: str) -> List[str]:
+    """The halves of a train/validation job in ``output_dir``: its ``train``/``validation``
+    directories holding a run of ours (a manifest or a work directory), which a plain run there
+    with ``--overwrite`` replaces (else a reader of either would find the old split beside it)."""
+    found = []
+    for half in SPLIT_HALVES:
+        path = os.path.join(output_dir, half)
+        if os.path.isdir(path) and not os.path.islink(path) and (
+                os.path.lexists(os.path.join(path, MANIFEST_NAME)) or os.path.isdir(os.path.join(path, WORK_DIR_NAME))):
+            found.append(path)
+    return found
+
+
+def clear_unsplit_run(output_dir: str, name: str, overwrite: bool, suffix: str, inputs: Sequence[Tuple[str, str]]) -> None:
+    """Before a train/validation job writes ``output_dir/train`` and ``/validation``: a plain run's
+    output in ``output_dir`` itself (its manifest, shards, work directory) would stay beside them,
+    read as this job's data by whoever reads the directory. Refused without ``--overwrite``, removed
+    with it (what :func:`prepare_output_dir` removes; other files are left alone)."""
+    if not os.path.isdir(output_dir):
+        return
+    entries = [e for e in os.listdir(output_dir) if e != LOCK_NAME and e not in SPLIT_HALVES]
+    work_dir = os.path.join(output_dir, WORK_DIR_NAME)
+    try:
+        previous = load_manifest(output_dir) if MANIFEST_NAME in entries else None
+    except ManifestError:
+        previous = None
+    doomed = replaced_files(entries, name, suffix, previous.data if previous is not None else None,
+                            interrupted_run(work_dir) if os.path.isdir(work_dir) else None)
+    if not doomed and not os.path.isdir(work_dir):
+        return
+    refuse_replacing_inputs(output_dir, [os.path.join(output_dir, e) for e in doomed], work_dir, inputs)
+    if not overwrite:
+        raise OutputError(
+            f"--output_dir {output_dir} holds a run's output ({MANIFEST_NAME if MANIFEST_NAME in doomed else 'shards'} "
+            f"beside where the train/validation halves go); pass --overwrite to replace it, or choose another --output_dir"
+        )
+    for entry in sorted(doomed, key=lambda e: e != MANIFEST_NAME):  # the manifest first
+        path = os.path.join(output_dir, entry)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            os.unlink(path)
+    shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def clear_fragments(work_dir: str) -> None:
@@ -303,6 +359,7 @@ class LocalDirOutput:
     """The :class:`~bert_data.output.Output` of a local directory (see the module docstring)."""
 
     catches = (OSError,)  # what failure() turns into one line
+    publishes_in_place = True  # its shards stay where the manifest lists them (not BERT's named files)
 
     def __init__(self, config, container) -> None:
         require_concatenation(container)  # (a rewriting container's runs are TFRecord frames: they do)
@@ -328,6 +385,8 @@ class LocalDirOutput:
         if config.resume:
             state = load_resume_state(self.output_dir, settings, self.container.suffix)
             if state is None:  # complete: a work directory a kill during the commit left behind goes now
+                if self.publishes_in_place:
+                    require_listed_files(self.output_dir)
                 shutil.rmtree(self.work_dir, ignore_errors=True)
                 return None
             self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state)

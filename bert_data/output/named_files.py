@@ -199,6 +199,8 @@ def _check_same_documents(config, named: NamedFiles, manifest: Mapping, beside: 
 class NamedFilesOutput(LocalDirOutput):
     """A local run in the staging directory whose commit moves the shards onto the named files."""
 
+    publishes_in_place = False  # (a finished staging run's shards may have moved: finished_manifest checks)
+
     def __init__(self, config, container, named: NamedFiles) -> None:
         require_tfrecord_shards(container, "--output_file (google-research/bert's named output files)")
         super().__init__(config, container)

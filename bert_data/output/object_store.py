@@ -37,7 +37,7 @@ from ..errors import BertDataError, OutputError
 from ..faults import crash_point
 from ..format.containers import is_rewriting, require_concatenation
 from .fragment import COPY_CHUNK, copy_runs
-from .journal import load_index, resume_point
+from .journal import load_index, require_listed_files, resume_point
 from .local_dir import interrupted_run, refuse_replacing_inputs, replaced_files, run_inputs
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
@@ -232,6 +232,7 @@ class ObjectStoreOutput:
             storage.write_json_atomically(storage.join(self.work_dir, RUN_FILE), dict(settings))
             return Counter()
         if resume_point(self.output_dir, self.work_dir, settings) is None:
+            require_listed_files(self.output_dir)
             if _work_files(self.work_dir):  # left by a kill during the commit
                 remove_remote_work_dir(self.work_dir)
             return None

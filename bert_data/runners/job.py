@@ -29,8 +29,10 @@ from typing import Callable, Dict, Optional, Sequence
 
 from ..config import Config, output_settings
 from ..errors import NOTHING_WRITTEN, BertDataError, NothingUsableError, OutputError, ResumeError, start_resource_tracker
+from ..format.containers import container_of
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..metadata import MetadataSummary
+from ..output.local_dir import clear_unsplit_run, run_inputs
 from ..output.outputs import Output, open_output
 from ..output.lock import output_lock
 from ..output.named_files import NamedFiles, already_published
@@ -85,6 +87,9 @@ def run_job(
         require_both_halves(parts)
     lock = output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext()
     with lock, _cluster_session(config):
+        if len(parts) > 1 and not config.resume and not is_remote(config.output_dir):  # a plain run's output there
+            clear_unsplit_run(config.output_dir, config.name, config.overwrite, container_of(config).suffix,
+                              run_inputs(config))
         return {
             name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup, named=named)
             for name, part in parts.items()

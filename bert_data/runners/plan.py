@@ -10,6 +10,7 @@ Every runner, Beam's driver included, plans this way.
 
 from __future__ import annotations
 
+import os
 from typing import Dict, Iterator, List, Tuple
 
 from ..config import Config
@@ -64,10 +65,14 @@ def split_selector(config: Config):
 def require_both_halves(parts: Dict[str, Config]) -> None:
     """A train/validation job whose split leaves one half without a document is refused before
     either half runs (the first entry that lands on each side is enough), not after train is
-    published, when the corrected command would find train's output in its way."""
+    published, when the corrected command would find train's output in its way; so is a
+    ``--validation_metadata_files`` list that lists nothing or a document that is not there
+    (its entries are checked as a run's scan checks them: the list is small)."""
     for part in parts.values():
         select, hint = split_selector(part)
         if select is None:
+            if part.split_role == "validation" and part.validation_metadata_files:  # the held-out list itself:
+                scan_metadata(part.metadata_files, part.input_files_prefix)  # none listed, or one missing: one line now
             continue
         if not any(select(source) for source in iter_metadata(part.metadata_files, part.input_files_prefix)):
             raise ConfigError(hint)
@@ -93,32 +98,59 @@ def _held_out_selector(config: Config):
     return select
 
 
-def plan(config: Config, spool_path: str, on_entry=lambda source, size: None) -> MetadataSummary:
+def plan(config: Config, spool_path: str, on_entry=lambda source, size: None) -> Tuple[MetadataSummary, Tuple[str, ...]]:
     """Scan the metadata once, writing the planned groups to ``spool_path`` (``on_entry(source,
-    size)`` sees every entry of this half)."""
+    size)`` sees every entry of this half). Also returns the entries that are files of the output
+    directory (:func:`output_files`), which preparing the output must never remove."""
     select, empty_hint = split_selector(config)
     metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
+    outputs, listed = output_files(config.output_dir), []
+
+    def entry(source, size: int) -> None:
+        on_entry(source, size)
+        if os.path.basename(source.path) in outputs and stat_identity(source.path) in outputs.values():
+            listed.append(source.path)
+
     with open(spool_path, "w", encoding="ascii") as spool:
-        return scan_metadata(
+        summary = scan_metadata(
             config.metadata_files, config.input_files_prefix, select, empty_hint, plan=group_plan(config),
             on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"), opener=open_metadata,
-            on_entry=on_entry,
+            on_entry=entry,
         )
+    return summary, tuple(listed[:100])
+
+
+def output_files(output_dir: str) -> Dict[str, object]:
+    """The regular files directly in a local ``output_dir`` (the manifest, shards, anything else):
+    their names and identities. An entry of that name and identity is a document that an
+    ``--overwrite`` could remove (compared by name first: no stat per entry; a link to one under
+    another name is not seen). Empty for a URL or a directory that is not there."""
+    if not output_dir or "://" in output_dir or not os.path.isdir(output_dir):
+        return {}
+    try:
+        names = os.listdir(output_dir)
+    except OSError:
+        return {}
+    found = {name: stat_identity(os.path.join(output_dir, name)) for name in names
+             if os.path.isfile(os.path.join(output_dir, name))}
+    return {name: identity for name, identity in found.items() if identity is not None}
 
 
 def plan_run(config: Config, spool_path: str) -> Tuple[Config, MetadataSummary]:
     """:func:`plan`, and the run's Config with what the plan derives: for NSP, the negative pool
     (:mod:`bert_data.negatives`), chosen in the same scan from this half's entries, their sizes
     and ``--seed`` only, so it is the same for any worker count, runner or ``--resume``, and a
-    validation half's negatives never come from train (nor the reverse)."""
+    validation half's negatives never come from train (nor the reverse); the listed documents that
+    are files of the output directory (``listed_outputs``)."""
     if not objective_of(config).negatives:
-        return config, plan(config, spool_path)
+        summary, listed = plan(config, spool_path)
+        return config.replace(listed_outputs=listed), summary
     options = read_options(config)
     selector = PoolSelector(config.seed, config.input_files_prefix, lambda source: may_range(source, options))
-    summary = plan(config, spool_path, on_entry=selector.add)
+    summary, listed = plan(config, spool_path, on_entry=selector.add)
     cap, items = selector.items(summary.total_bytes)
     metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
-    return config.replace(negative_pool=encode_pool(cap, items, metadata_index)), summary
+    return config.replace(negative_pool=encode_pool(cap, items, metadata_index), listed_outputs=listed), summary
 
 
 def planned_groups(config: Config, spool_path: str) -> Iterator[Tuple[int, List[WorkItem]]]:

@@ -106,6 +106,27 @@ def check_spacy_model(name: str) -> None:
             f"--spacy_model {name} is not installed; install it with `{install_hint(name)}` "
             f"(or omit --spacy_model to use the built-in rule-based sentencizer)"
         )
+    if not _is_pipeline_package(found):  # (an installed package of another kind: `spacy`, `json`, ...)
+        raise SpacyModelError(
+            f"--spacy_model {name} is an installed Python package but not a spaCy pipeline (no meta.json or "
+            f"config.cfg in it); give a pipeline's name (e.g. en_core_web_sm) or a saved pipeline's directory"
+        )
+
+
+def _is_pipeline_package(spec) -> bool:
+    """An installed spaCy pipeline package: a package whose directory holds its meta.json, or its
+    data directory's config.cfg one level down (``en_core_web_sm/en_core_web_sm-3.8.0/``)."""
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        if os.path.isfile(os.path.join(root, "meta.json")):
+            return True
+        try:
+            subdirs = [e.path for e in os.scandir(root) if e.is_dir()]
+        except OSError:
+            continue
+        if any(os.path.isfile(os.path.join(d, "config.cfg")) for d in subdirs):
+            return True
+    return False
 
 
 MAX_SCHEDULER_FILE_BYTES = 1 << 20  # Dask writes a few hundred bytes

@@ -6,11 +6,24 @@ more than one of them uses.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any, Optional, TextIO
 
 __all__ = ["clip", "resolve_log_level", "unknown_log_level", "drop_stdout", "terminal_bar"]
+
+
+class GivenOnce(argparse.Action):
+    """A list flag (``nargs="+"``) given at most once: argparse would let a second
+    ``--metadata_files B`` silently replace the first's files (a run of less than asked, exit 0);
+    the whole list goes after one flag."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} is given twice, and the second would replace the first's list: give every "
+                         f"file after one {option_string}")
+        setattr(namespace, self.dest, values)
 
 
 def clip(text: str, most: int = 60) -> str:

@@ -19,7 +19,7 @@ from ..documents import INPUT_FORMATS
 from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
-from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
+from .cli import GivenOnce, clip, drop_stdout, resolve_log_level, unknown_log_level
 from .endings import emit, guarded, os_error, stopped
 
 PROG = "create_tfrecords"
@@ -108,7 +108,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     io = parser.add_argument_group("inputs")
-    _flag(io, "metadata_files", "metadata file(s), each listing one document path per line", nargs="+")
+    _flag(io, "metadata_files", "metadata file(s), each listing one document path per line", nargs="+", action=GivenOnce)
     _flag(io, "input_files_prefix", f"prefix joined to relative paths in the metadata files (default {d.input_files_prefix!r})")
     _bool_flag(io, "multiple_docs_in_single_file", "each input file holds several documents split by --multiple_docs_separator")
     _flag(io, "multiple_docs_separator", "as in the Model Zoo, documents are split on a newline followed by this: the "
@@ -160,7 +160,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     _flag(out, "validation_fraction", "split documents (by a seeded hash of their metadata entry) into "
           "OUTPUT_DIR/train and OUTPUT_DIR/validation before any instance is made", type=float)
     _flag(out, "validation_metadata_files", "metadata file(s) of the validation documents: writes "
-          "OUTPUT_DIR/train and OUTPUT_DIR/validation (listed documents are kept out of train)", nargs="+")
+          "OUTPUT_DIR/train and OUTPUT_DIR/validation (listed documents are kept out of train)", nargs="+",
+          action=GivenOnce)
     _bool_flag(out, "resume", "continue an interrupted run in --output_dir (same settings); output is byte-identical")
     _flag(io, "from_tokens", "a token cache made by `bert-data tokenize` from these inputs: its groups' tokens are read "
           "instead of reading, segmenting and tokenizing the text; byte-identical output (docs/performance.md)")

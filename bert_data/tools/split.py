@@ -14,7 +14,7 @@ from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..metadata import split_metadata_files
 from ..identity import written_over_input
-from .cli import terminal_bar
+from .cli import GivenOnce, terminal_bar
 from .endings import emit, guarded, stopped
 
 PROG = "split_metadata"
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=GUIDE,
     )
-    parser.add_argument("--metadata_files", nargs="+", required=True, help="metadata file(s), one document path per line")
+    parser.add_argument("--metadata_files", nargs="+", action=GivenOnce, required=True, help="metadata file(s), one document path per line")
     parser.add_argument(
         "--input_files_prefix",
         default="",

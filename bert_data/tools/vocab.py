@@ -19,7 +19,7 @@ from ..errors import BertDataError, ConfigError, OutputError, print_error
 from ..errors import plural
 from ..vocab_builder import build_vocab, write_vocab
 from ..documents import INPUT_FORMATS, ReadOptions
-from .cli import resolve_log_level, terminal_bar, unknown_log_level
+from .cli import GivenOnce, resolve_log_level, terminal_bar, unknown_log_level
 from .endings import emit, guarded, stopped
 
 PROG = "build_vocab"
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=GUIDE,
     )
-    parser.add_argument("--metadata_files", nargs="+", required=True, help="metadata file(s), one document path per line")
+    parser.add_argument("--metadata_files", nargs="+", action=GivenOnce, required=True, help="metadata file(s), one document path per line")
     parser.add_argument("--input_files_prefix", default="", help="prefix joined to relative paths in the metadata files")
     parser.add_argument("--output", required=True, help="vocab.txt to write")
     parser.add_argument(
