@@ -29,6 +29,7 @@ whose settings, vocabulary, corpus or files do not match is one line and exit 2 
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import errno
 import hashlib
@@ -418,6 +419,17 @@ def load_cache_manifest(directory: str) -> Dict[str, Any]:
 REMAKE = "remake it with bert-data tokenize --overwrite (the same flags)"
 
 
+def _same_setting(name: str, recorded: object, given: object) -> bool:
+    """A cache's recorded setting and this run's: an encoding by the codec it names (``UTF-8``,
+    ``utf8`` and ``utf-8`` are one), everything else as written."""
+    if name == "input_encoding" and isinstance(recorded, str) and isinstance(given, str):
+        try:
+            return codecs.lookup(recorded).name == codecs.lookup(given).name
+        except LookupError:
+            return recorded == given
+    return recorded == given
+
+
 def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, Any]:
     """Before anything runs: the cache is complete (every group's files there, of the sizes
     recorded) and was made with this run's vocabulary, casing, segmenter and plan flags."""
@@ -430,7 +442,7 @@ def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, 
             f"{manifest['inputs']['vocab_sha256'][:12]}) than --vocab_file {config.vocab_file}; pass that vocabulary, or tokenize again"
         )
     for name in TOKEN_SETTINGS + PLAN_SETTINGS:
-        if recorded.get(name) != getattr(config, name):
+        if not _same_setting(name, recorded.get(name), getattr(config, name)):
             raise TokenCacheError(
                 f"--from_tokens {directory} was made with --{name} {recorded.get(name)!r}, this run has "
                 f"{getattr(config, name)!r}; pass the same --{name} (a cache fixes it), or tokenize again"

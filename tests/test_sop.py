@@ -137,3 +137,19 @@ def test_byte_identical_rerun(sop_run, tmp_path):
     assert cli.main(rerun) == 0
     for shard in sorted(out.glob("*.tfrecords")):
         assert shard.read_bytes() == (again / shard.name).read_bytes()
+
+
+def test_nothing_usable_for_sentence_order_prediction_gives_its_own_way(tmp_path, capsys) -> None:
+    """helper-15: an SOP run with no second segment anywhere advised 'give more documents (a random
+    B comes from another one)', which SOP never draws; it now names what SOP needs."""
+    from bert_data.tools.create import main
+    from conftest import base_args, write_corpus, write_vocab
+
+    metadata = write_corpus(tmp_path / "corpus", n_docs=3)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    args = base_args(metadata, vocab, tmp_path / "out", max_seq_length=5, max_predictions_per_seq=1,
+                     sentence_order_prediction=True, quiet=True)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sentence-order prediction swaps two segments of one document" in err[0], err
+    assert "random B" not in err[0] and "longer --max_seq_length" in err[0]

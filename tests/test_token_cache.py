@@ -634,3 +634,16 @@ def test_tokenize_and_create_give_the_same_way_for_a_split(corpus, tmp_path: Pat
     done = _cli("create", base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", from_tokens=corpus["cache"])
                 + flags)
     assert done.returncode == 2 and "split the metadata first (split_metadata)" in done.stderr
+
+
+@pytest.mark.parametrize("spelling", ["UTF-8", "utf8", "U8"])
+def test_an_encoding_spelled_otherwise_is_the_cache_encoding(corpus, tmp_path: Path, spelling) -> None:
+    """helper-15: --input_encoding UTF-8 against a cache made with utf-8 was refused as another
+    encoding; the codec is compared, and the run gives the cache's bytes."""
+    out = tmp_path / "out"
+    done = _cli("create", base_args(corpus["metadata"], corpus["vocab"], out, split_num=4, from_tokens=corpus["cache"])
+                + ["--input_encoding", spelling])
+    assert done.returncode == 0, done.stderr
+    other = _cli("create", base_args(corpus["metadata"], corpus["vocab"], tmp_path / "o2", split_num=4,
+                                     from_tokens=corpus["cache"]) + ["--input_encoding", "latin-1"])
+    assert other.returncode == 2 and "--input_encoding 'utf-8'" in other.stderr

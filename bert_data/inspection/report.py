@@ -146,9 +146,13 @@ def format_stats(report: Dict[str, Any]) -> str:
 def import_pyplot():
     """matplotlib's pyplot on the Agg backend (no display needed); InspectError when not installed."""
     try:
+        import logging
+
         import matplotlib
 
         matplotlib.use("Agg")
+        logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)  # "findfont: ... not found": one per
+        # glyph family a machine lacks (a score of lines on stderr, --quiet or not); the plot falls back by itself
         import matplotlib.pyplot as plt
     except ImportError:
         raise InspectError(PLOT_INSTALL_HINT) from None

@@ -54,6 +54,13 @@ def nothing_usable(stats: Counter) -> str:
                 f"nothing was published")
     if not used:
         return f"no usable document: {plural(read, 'document')} read, all skipped ({reasons}); nothing was published"
+    if stats["sop_single_segment_chunks"] and not stats["nsp_negatives_unavailable"]:  # SOP: no random B to find
+        return (
+            f"no instance could be made from the {plural(used, 'usable document')} "
+            f"({plural(stats['sop_single_segment_chunks'], 'chunk')} held one segment, and sentence-order prediction "
+            f"swaps two segments of one document; skipped: {reasons}); give documents of more than one sentence, or a "
+            f"longer --max_seq_length; nothing was published"
+        )
     unpaired = stats["nsp_negatives_unavailable"] + stats["sop_single_segment_chunks"]
     return (
         f"no instance could be made from the {plural(used, 'usable document')} ({plural(unpaired, 'one-sentence chunk')} had no "

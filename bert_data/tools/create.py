@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any, Dict, NoReturn, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from ..config import COMPRESSIONS, Config
 from ..format.containers import OUTPUT_FORMATS
@@ -19,7 +19,7 @@ from ..documents import INPUT_FORMATS
 from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
-from .cli import GivenOnce, clip, drop_stdout, resolve_log_level, unknown_log_level
+from .cli import GivenOnce, OneLineParser, drop_stdout, resolve_log_level, unknown_log_level
 from .endings import emit, guarded, os_error, stopped
 
 PROG = "create_tfrecords"
@@ -31,49 +31,6 @@ def _flag(parser: argparse.ArgumentParser, name: str, help: str, **kwargs: Any) 
 
 def _bool_flag(parser: argparse.ArgumentParser, name: str, help: str) -> None:
     parser.add_argument(f"--{name}", default=None, action=argparse.BooleanOptionalAction, help=help)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what, and the closest flag for an unknown one),
-    exit 2, and no flag is ever taken as an abbreviation of another (``--input_files X`` must not
-    silently become ``--input_files_prefix X``)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_abbrev=False, **kwargs)
-
-    def error(self, message: str) -> "NoReturn":
-        print(f"{self.prog}: error: {_usage_message(self, message)}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _usage_message(parser: argparse.ArgumentParser, message: str) -> str:
-    """argparse's complaint in our words: the flag first, what is wrong, the fix."""
-    import difflib
-    import re
-
-    unknown = re.match(r"unrecognized arguments: (.+)", message)
-    if unknown:
-        first = clip(unknown.group(1).split()[0])
-        if not first.startswith("-"):
-            return (f"unexpected argument {first!r}: every input is given by a flag (e.g. --metadata_files "
-                    f"{first}); see --help")
-        flag = first.split("=", 1)[0]
-        known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-        return f"unknown flag {flag}" + (f"; did you mean {close[0]}?" if close else "; see --help")
-    argument = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message)
-    if not argument:
-        return message
-    flag, problem = argument.groups()
-    value = re.match(r"invalid (int|integer|float) value: (.*)", problem)
-    if value:
-        kind = "a number" if value.group(1) == "float" else "an integer"
-        return f"{flag}: invalid {value.group(1)} value {clip(value.group(2))}; give {kind}"
-    if problem.startswith("expected"):
-        return f"{flag} needs a value ({problem}; a value that starts with - is written {flag}=VALUE)"
-    if problem.startswith("ignored explicit argument"):
-        return f"{flag} takes no value ({problem}); write {flag} or --no-{flag[2:]}"
-    return f"{flag}: {problem}"
 
 
 EPILOG = """\

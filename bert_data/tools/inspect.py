@@ -58,7 +58,7 @@ from ..inspection.printer import print_instances
 from ..inspection.report import format_stats, import_pyplot, shard_rows, write_plot
 from ..inspection.stats import Inspection, inspect_files
 from ..identity import refuse_writing_over_inputs, written_over_input
-from .cli import drop_stdout, terminal_bar
+from .cli import OneLineParser, drop_stdout, terminal_bar
 from .endings import emit, flush_stdout, guarded, stopped
 
 PROG = "inspect_tfrecords"
@@ -107,7 +107,7 @@ def _workers(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(  # a usage error is one line, as in every other tool
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
