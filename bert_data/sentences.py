@@ -31,7 +31,8 @@ def segmenter_identity(config) -> str:
     """Which sentence segmenter (and version) a run uses (``config``: a Config): recorded, and
     compared by --resume, --from_tokens and a token cache's kept NSP pools."""
     version = package_version
-    return "lines" if config.lines_are_sentences else (
+    # "lines/2": lines end at \n, \r\n and \r only (version 1 also cut at U+2028, U+0085, ...)
+    return "lines/2" if config.lines_are_sentences else (
         f"{config.spacy_model or 'blank en + sentencizer'} (spacy {version('spacy')}"
         + (f", {config.spacy_model} {version(config.spacy_model)})" if config.spacy_model else ")")
     )
@@ -69,10 +70,11 @@ def chunk_text(text: str, max_chars: int) -> List[str]:
 
 def line_sentences(text: str) -> List[str]:
     """``--single_sentence_per_line`` (and ``--input_format bert``): every non-empty line is one
-    sentence. Lines end at ``\n`` only (the reader has made ``\r\n`` and ``\r`` into it), as
-    BERT's ``readline`` and the Model Zoo's ``for line in file`` split them: ``str.splitlines``
-    would also cut a line at U+2028, U+2029, U+0085, form feeds and the like, one sentence into two."""
-    return [line.strip() for line in text.split("\n") if line.strip()]
+    sentence. Lines end at ``\n``, ``\r\n`` and ``\r`` (a file's reader has made them ``\n``
+    already; a JSON string's ``"text"`` may hold any), as the Model Zoo's universal-newline
+    ``open()`` splits them: ``str.splitlines`` would also cut a line at U+2028, U+2029, U+0085,
+    form feeds and the like, one sentence into two."""
+    return [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
 
 
 def install_hint(model: str) -> str:

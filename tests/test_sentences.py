@@ -107,6 +107,12 @@ def test_a_line_is_one_sentence_whatever_unicode_calls_a_line_break_inside_it(in
     assert line_sentences(f"a b{inside}c d\nnext line\n") == [f"a b{inside}c d", "next line"]
 
 
+def test_a_carriage_return_in_a_json_text_still_ends_a_line():
+    """A JSON string's text never went through the file reader's universal newlines: "\r" and
+    "\r\n" in it end lines too (helper-16: splitting at "\n" alone wrote 400 instances for 1,072)."""
+    assert line_sentences("one\rtwo\r\nthree\n\rfour") == ["one", "two", "three", "four"]
+
+
 # --- SentenceSegmenter -----------------------------------------------------------------------
 
 

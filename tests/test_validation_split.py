@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bert_data.tools import split as split_metadata
 from bert_data.tools.create import main
 
@@ -98,9 +100,56 @@ def test_a_split_job_and_a_plain_run_never_leave_each_others_output(tmp_path, ti
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "train", "validation"]
     assert main(plain) == 2  # a plain run into the split's directory: not empty
     capsys.readouterr()
+    (out / "train" / "NOTES.md").write_text("mine too\n")  # a user's file inside a half: kept (helper-16)
     assert main(plain + ["--overwrite"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["data_params.json", "examples-1.tfrecords", "examples-2.tfrecords",
-                                                     "notes.txt"]
+                                                     "notes.txt", "train", "validation"]
+    left = sorted(str(p.relative_to(out)) for half in ("train", "validation") for p in (out / half).rglob("*"))
+    assert left == ["train/NOTES.md"]  # each half's manifest, shards and work directory went
+
+
+@pytest.mark.parametrize("url", [False, True])
+def test_clearing_a_plain_or_split_output_never_removes_a_listed_document(tmp_path, tiny_vocab, capsys, url):
+    """helper-16: a split job with --overwrite emptied the plain run it replaced though the metadata
+    (made by `find`) listed its shards: removed, then 'does not exist'. Refused in one line, before
+    anything is removed; a file:// output alike."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=10)
+    root = metadata.parent
+    out = root / "out"
+    given = f"file://{out}" if url else str(out)
+    assert main(base_args(metadata, tiny_vocab, given, num_output_files=2, quiet=True)) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    every = tmp_path / "every.txt"
+    every.write_text(metadata.read_text() + "out/examples-1.tfrecords\n", encoding="utf-8")
+    args = base_args(every, tiny_vocab, given, num_output_files=2, quiet=True, overwrite=True)
+    args[args.index("--input_files_prefix") + 1] = str(root)
+    for extra in ([], ["--validation_fraction", "0.3"]):
+        assert main(args + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"the listed document {root}/out/examples-1.tfrecords" in err[0], err
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_many_listed_documents_in_the_output_directory_never_hide_a_shard(tmp_path, tiny_vocab, capsys):
+    """helper-16: the protected entries were capped at 100, so 120 documents kept in the output
+    directory itself (listed first) hid the shards, which --overwrite then removed."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=4)
+    out = tmp_path / "out"
+    out.mkdir()
+    texts = metadata.parent / "docs"
+    for i in range(120):
+        (out / f"a{i:03d}.txt").write_text((texts / sorted(p.name for p in texts.iterdir())[i % 4]).read_text())
+    listing = tmp_path / "m.txt"
+    listing.write_text("".join(f"a{i:03d}.txt\n" for i in range(120)), encoding="utf-8")
+    args = base_args(listing, tiny_vocab, out, num_output_files=2, quiet=True)
+    args[args.index("--input_files_prefix") + 1] = str(out)
+    assert main(args + ["--overwrite"]) == 0
+    capsys.readouterr()
+    listing.write_text(listing.read_text() + "examples-2.tfrecords\ndata_params.json\n", encoding="utf-8")
+    assert main(args + ["--overwrite"]) == 2
+    assert "the listed document" in capsys.readouterr().err
+    assert (out / "examples-2.tfrecords").exists() and (out / "data_params.json").exists()
 
 
 def test_a_validation_list_of_nothing_or_of_a_missing_document_is_refused_before_train(tmp_path, tiny_vocab, capsys):

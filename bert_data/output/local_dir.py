@@ -233,18 +233,15 @@ def prepare_output_dir(
             raise OutputError(
                 f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
             )
-        halves = split_halves(output_dir)  # a train/validation job's outputs: replaced by this run too
-        for half in halves:  # (an input inside one is refused, as one inside the work directory)
-            refuse_replacing_inputs(output_dir, [], half, inputs)
-        for entry in sorted(doomed, key=lambda e: e != MANIFEST_NAME):  # the manifest first
-            path = os.path.join(output_dir, entry)
-            if os.path.lexists(path) and not os.path.isdir(path):
-                os.unlink(path)
-        for half in halves:  # each half's manifest first, so that a kill here leaves no half that looks finished
-            manifest = os.path.join(half, MANIFEST_NAME)
-            if os.path.lexists(manifest):
-                os.unlink(manifest)
-            shutil.rmtree(half)
+        halves = {half: run_files(half, name, suffix) for half in split_halves(output_dir)}  # replaced too
+        for half, files in halves.items():  # (an input among them is refused, as one inside the work directory)
+            refuse_replacing_inputs(output_dir, [os.path.join(half, e) for e in files], os.path.join(half, WORK_DIR_NAME),
+                                    inputs)
+        _remove_run_files(output_dir, doomed)
+        for half, files in halves.items():  # a split job's output there: its run's files, never the user's others
+            with output_lock(half):  # (a run writing that half now: one line, nothing removed there)
+                _remove_run_files(half, files)
+                shutil.rmtree(os.path.join(half, WORK_DIR_NAME), ignore_errors=True)
     try:
         os.makedirs(output_dir, exist_ok=True)
         if os.path.exists(work_dir):
@@ -260,8 +257,8 @@ SPLIT_HALVES = ("train", "validation")  # a train/validation job's outputs in it
 
 def split_halves(output_dir: str) -> List[str]:
     """The halves of a train/validation job in ``output_dir``: its ``train``/``validation``
-    directories holding a run of ours (a manifest or a work directory), which a plain run there
-    with ``--overwrite`` replaces (else a reader of either would find the old split beside it)."""
+    directories holding a run of ours (a manifest or a work directory), whose run a plain run
+    there with ``--overwrite`` replaces (else a reader of either would find the old split beside it)."""
     found = []
     for half in SPLIT_HALVES:
         path = os.path.join(output_dir, half)
@@ -271,21 +268,49 @@ def split_halves(output_dir: str) -> List[str]:
     return found
 
 
+def run_files(directory: str, name: str, suffix: str, skip: Sequence[str] = ()) -> List[str]:
+    """The file names in ``directory`` that a fresh run named ``name`` (``suffix``) there replaces
+    (:func:`replaced_files`: its manifest, files named like its shards, those the previous manifest
+    or an interrupted run names), ``skip`` left out."""
+    if not os.path.isdir(directory):
+        return []
+    entries = [e for e in os.listdir(directory) if e != LOCK_NAME and e not in skip]
+    work_dir = os.path.join(directory, WORK_DIR_NAME)
+    try:
+        previous = load_manifest(directory) if MANIFEST_NAME in entries else None
+    except ManifestError:
+        previous = None
+    return replaced_files(entries, name, suffix, previous.data if previous is not None else None,
+                          interrupted_run(work_dir) if os.path.isdir(work_dir) else None)
+
+
+def replaced_paths(output_dir: str, name: str, suffix: str, split: bool = False) -> List[str]:
+    """Every file a fresh run (``split``: a train/validation job, whose halves prepare their own
+    directories) would remove from ``output_dir`` and the split halves in it: what the plan
+    protects from being one of the run's listed documents."""
+    if split:
+        return [os.path.join(output_dir, e) for e in run_files(output_dir, name, suffix, SPLIT_HALVES)]
+    paths = [os.path.join(output_dir, e) for e in run_files(output_dir, name, suffix)]
+    for half in split_halves(output_dir):
+        paths += [os.path.join(half, e) for e in run_files(half, name, suffix)]
+    return paths
+
+
+def _remove_run_files(directory: str, names: Sequence[str]) -> None:
+    for entry in sorted(names, key=lambda e: e != MANIFEST_NAME):  # the manifest first: nothing half-removed looks finished
+        path = os.path.join(directory, entry)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            os.unlink(path)
+
+
 def clear_unsplit_run(output_dir: str, name: str, overwrite: bool, suffix: str, inputs: Sequence[Tuple[str, str]]) -> None:
     """Before a train/validation job writes ``output_dir/train`` and ``/validation``: a plain run's
     output in ``output_dir`` itself (its manifest, shards, work directory) would stay beside them,
     read as this job's data by whoever reads the directory. Refused without ``--overwrite``, removed
-    with it (what :func:`prepare_output_dir` removes; other files are left alone)."""
-    if not os.path.isdir(output_dir):
-        return
-    entries = [e for e in os.listdir(output_dir) if e != LOCK_NAME and e not in SPLIT_HALVES]
+    with it (what :func:`prepare_output_dir` removes; other files are left alone). ``inputs``
+    include the listed documents among those files (:func:`bert_data.runners.plan.listed_documents`)."""
+    doomed = run_files(output_dir, name, suffix, SPLIT_HALVES)
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
-    try:
-        previous = load_manifest(output_dir) if MANIFEST_NAME in entries else None
-    except ManifestError:
-        previous = None
-    doomed = replaced_files(entries, name, suffix, previous.data if previous is not None else None,
-                            interrupted_run(work_dir) if os.path.isdir(work_dir) else None)
     if not doomed and not os.path.isdir(work_dir):
         return
     refuse_replacing_inputs(output_dir, [os.path.join(output_dir, e) for e in doomed], work_dir, inputs)
@@ -294,10 +319,7 @@ def clear_unsplit_run(output_dir: str, name: str, overwrite: bool, suffix: str, 
             f"--output_dir {output_dir} holds a run's output ({MANIFEST_NAME if MANIFEST_NAME in doomed else 'shards'} "
             f"beside where the train/validation halves go); pass --overwrite to replace it, or choose another --output_dir"
         )
-    for entry in sorted(doomed, key=lambda e: e != MANIFEST_NAME):  # the manifest first
-        path = os.path.join(output_dir, entry)
-        if os.path.lexists(path) and not os.path.isdir(path):
-            os.unlink(path)
+    _remove_run_files(output_dir, doomed)
     shutil.rmtree(work_dir, ignore_errors=True)
 
 

@@ -38,7 +38,7 @@ from ..faults import crash_point
 from ..format.containers import is_rewriting, require_concatenation
 from .fragment import COPY_CHUNK, copy_runs
 from .journal import load_index, require_listed_files, resume_point
-from .local_dir import interrupted_run, refuse_replacing_inputs, replaced_files, run_inputs
+from .local_dir import SPLIT_HALVES, interrupted_run, refuse_replacing_inputs, replaced_files, run_inputs
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
 from .scratch import scratch_dir
@@ -57,21 +57,56 @@ def prepare_remote_output_dir(
     the previous manifest lists), only with ``overwrite``, and never one of ``inputs``."""
     work_dir = storage.join(output_dir, WORK_DIR_NAME)
     top = storage.listing(storage.join(output_dir, "*"))
-    work = _work_files(work_dir)
-    by_name = {p.rstrip("/").rsplit("/", 1)[-1]: p for p in top}
-    doomed = replaced_files(by_name, name, suffix, _previous_manifest(output_dir) if MANIFEST_NAME in by_name else None,
-                            interrupted_run(work_dir) if work else None)
-    refuse_replacing_inputs(output_dir, [by_name[e] for e in doomed] + work, work_dir, inputs)
+    doomed, work = _remote_run_files(output_dir, name, suffix)
+    halves = {} if not top else {h: _remote_run_files(storage.join(output_dir, h), name, suffix) for h in SPLIT_HALVES}
+    halves = {h: files for h, files in halves.items() if files[0] or files[1]}  # a split job's output there too
+    refuse_replacing_inputs(output_dir, doomed + work, work_dir, inputs)
+    for half, (files, half_work) in halves.items():
+        refuse_replacing_inputs(output_dir, files + half_work, storage.join(output_dir, half, WORK_DIR_NAME), inputs)
     if (top or work) and not overwrite:
         raise OutputError(
             f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
         )
     if overwrite:
-        storage.delete([storage.join(output_dir, MANIFEST_NAME)])
-        storage.delete([by_name[e] for e in doomed if e != MANIFEST_NAME])
-        if work:
-            storage.delete(work, only_existing=False)
+        for directory, (files, files_work) in [(output_dir, (doomed, work))] + [
+                (storage.join(output_dir, h), f) for h, f in halves.items()]:
+            _delete_run_files(directory, files, files_work)
     return work_dir
+
+
+def _remote_run_files(directory: str, name: str, suffix: str, skip: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
+    """The URLs in ``directory`` a fresh run named ``name`` there replaces (its manifest first, the
+    files named like its shards, those a previous manifest or an interrupted run names), and its
+    work directory's files (:func:`bert_data.output.local_dir.run_files` for a URL)."""
+    work_dir = storage.join(directory, WORK_DIR_NAME)
+    by_name = {p.rstrip("/").rsplit("/", 1)[-1]: p for p in storage.listing(storage.join(directory, "*"))}
+    by_name = {k: v for k, v in by_name.items() if k not in skip}
+    work = _work_files(work_dir)
+    doomed = replaced_files(by_name, name, suffix, _previous_manifest(directory) if MANIFEST_NAME in by_name else None,
+                            interrupted_run(work_dir) if work else None)
+    return sorted((by_name[e] for e in doomed), key=lambda p: not p.endswith("/" + MANIFEST_NAME)), work
+
+
+def _delete_run_files(directory: str, files: Sequence[str], work: Sequence[str]) -> None:
+    storage.delete([storage.join(directory, MANIFEST_NAME)])  # first: nothing half-removed looks finished
+    storage.delete([f for f in files if not f.endswith("/" + MANIFEST_NAME)])
+    if work:
+        storage.delete(list(work), only_existing=False)
+
+
+def clear_unsplit_remote(output_dir: str, name: str, overwrite: bool, suffix: str,
+                         inputs: Sequence[Tuple[str, str]]) -> None:
+    """:func:`bert_data.output.local_dir.clear_unsplit_run` for a URL ``output_dir``."""
+    doomed, work = _remote_run_files(output_dir, name, suffix, SPLIT_HALVES)
+    if not doomed and not work:
+        return
+    refuse_replacing_inputs(output_dir, doomed + work, storage.join(output_dir, WORK_DIR_NAME), inputs)
+    if not overwrite:
+        raise OutputError(
+            f"--output_dir {output_dir} holds a run's output (beside where the train/validation halves go); pass "
+            f"--overwrite to replace it, or choose another --output_dir"
+        )
+    _delete_run_files(output_dir, doomed, work)
 
 
 def _previous_manifest(output_dir: str) -> Optional[Mapping]:

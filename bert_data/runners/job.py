@@ -42,7 +42,7 @@ from ..storage import exists as storage_exists, is_remote, join as storage_join
 from ..token_cache import check_cache_inputs
 from .dask import dask_ready, dask_session, run_groups_dask
 from .finish import finish, keep_worst, quality_warnings
-from .plan import plan_run, planned_groups, require_both_halves, split_configs
+from .plan import listed_documents, plan_run, planned_groups, require_both_halves, split_configs
 from .pool import run_groups
 from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
 from .worker import GroupResult
@@ -87,9 +87,13 @@ def run_job(
         require_both_halves(parts)
     lock = output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext()
     with lock, _cluster_session(config):
-        if len(parts) > 1 and not config.resume and not is_remote(config.output_dir):  # a plain run's output there
-            clear_unsplit_run(config.output_dir, config.name, config.overwrite, container_of(config).suffix,
-                              run_inputs(config))
+        if len(parts) > 1 and not config.resume:  # a plain run's output there, never a listed document
+            inputs = run_inputs(config) + [("the listed document", path) for path in listed_documents(config)]
+            if is_remote(config.output_dir):
+                from ..output.object_store import clear_unsplit_remote as clear  # (a URL store's modules: lazily)
+            else:
+                clear = clear_unsplit_run
+            clear(config.output_dir, config.name, config.overwrite, container_of(config).suffix, inputs)
         return {
             name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup, named=named)
             for name, part in parts.items()

@@ -20,7 +20,7 @@ from ..negatives import PoolSelector, encode_pool, may_range
 from ..objectives import objective_of
 from ..identity import entry_key, stat_identity
 from ..metadata import MetadataSummary, WorkItem, decode_group, encode_group, iter_metadata, scan_metadata, split_hash
-from ..storage import join as storage_join, open_metadata
+from ..storage import is_remote, join as storage_join, local_path_of, open_metadata
 
 
 def split_configs(config: Config) -> Dict[str, Config]:
@@ -100,16 +100,16 @@ def _held_out_selector(config: Config):
 
 def plan(config: Config, spool_path: str, on_entry=lambda source, size: None) -> Tuple[MetadataSummary, Tuple[str, ...]]:
     """Scan the metadata once, writing the planned groups to ``spool_path`` (``on_entry(source,
-    size)`` sees every entry of this half). Also returns the entries that are files of the output
-    directory (:func:`output_files`), which preparing the output must never remove."""
+    size)`` sees every entry of this half). Also returns the entries that are files preparing the
+    output would remove (:func:`protected_files`), which it then refuses to remove."""
     select, empty_hint = split_selector(config)
     metadata_index = {path: i for i, path in enumerate(config.metadata_files)}
-    outputs, listed = output_files(config.output_dir), []
+    protected, listed = protected_files(config), {}
 
     def entry(source, size: int) -> None:
         on_entry(source, size)
-        if os.path.basename(source.path) in outputs and stat_identity(source.path) in outputs.values():
-            listed.append(source.path)
+        if _is_protected(source.path, protected):
+            listed.setdefault(source.path, None)
 
     with open(spool_path, "w", encoding="ascii") as spool:
         summary = scan_metadata(
@@ -117,23 +117,47 @@ def plan(config: Config, spool_path: str, on_entry=lambda source, size: None) ->
             on_group=lambda g, items: spool.write(encode_group(g, items, metadata_index) + "\n"), opener=open_metadata,
             on_entry=entry,
         )
-    return summary, tuple(listed[:100])
+    return summary, tuple(listed)
 
 
-def output_files(output_dir: str) -> Dict[str, object]:
-    """The regular files directly in a local ``output_dir`` (the manifest, shards, anything else):
-    their names and identities. An entry of that name and identity is a document that an
-    ``--overwrite`` could remove (compared by name first: no stat per entry; a link to one under
-    another name is not seen). Empty for a URL or a directory that is not there."""
-    if not output_dir or "://" in output_dir or not os.path.isdir(output_dir):
+def protected_files(config: Config, split: bool = False) -> Dict[str, set]:
+    """The files a fresh run of ``config`` would remove from its local (or ``file://``) output
+    directory (:func:`bert_data.output.local_dir.replaced_paths`: the manifest and shards of the
+    previous run there, and of a split job's halves), by name: their identities. A listed entry of
+    that name and identity is a document the run reads (compared by name first: no stat per
+    entry; a link to one under another name is not seen). Empty for other URLs."""
+    from ..format.containers import container_of
+    from ..output.local_dir import replaced_paths
+
+    directory = local_path_of(config.output_dir)
+    if not directory or is_remote(directory) or not os.path.isdir(directory):
         return {}
-    try:
-        names = os.listdir(output_dir)
-    except OSError:
-        return {}
-    found = {name: stat_identity(os.path.join(output_dir, name)) for name in names
-             if os.path.isfile(os.path.join(output_dir, name))}
-    return {name: identity for name, identity in found.items() if identity is not None}
+    found: Dict[str, set] = {}
+    for path in replaced_paths(directory, config.name, container_of(config).suffix, split):
+        identity = stat_identity(path)
+        if identity is not None:
+            found.setdefault(os.path.basename(path), set()).add(identity)
+    return found
+
+
+def _is_protected(path: str, protected: Dict[str, set]) -> bool:
+    identities = protected.get(os.path.basename(path))
+    return bool(identities) and stat_identity(path) in identities
+
+
+def listed_documents(config: Config) -> List[str]:
+    """The entries of a train/validation job's metadata (both lists) that are files of a plain
+    run's output in its ``--output_dir``, which clearing that output would remove (one pass over
+    the metadata lines, a stat only for an entry named like one of those files)."""
+    protected = protected_files(config, split=True)
+    if not protected:
+        return []
+    listed: Dict[str, None] = {}
+    for files in (config.metadata_files, config.validation_metadata_files):
+        for source in iter_metadata(files, config.input_files_prefix) if files else ():
+            if _is_protected(source.path, protected):
+                listed.setdefault(source.path, None)
+    return list(listed)
 
 
 def plan_run(config: Config, spool_path: str) -> Tuple[Config, MetadataSummary]:

@@ -219,7 +219,8 @@ def _stop_pool(pool, pending: deque) -> None:
     previous = threading.excepthook
 
     def quiet(args) -> None:
-        if args.thread is not None and "ExecutorManagerThread" in type(args.thread).__name__:
+        if args.thread is not None and ("ExecutorManagerThread" in type(args.thread).__name__
+                                        or args.thread.name == "QueueFeederThread"):  # (see the feeder below)
             return
         previous(args)
 
