@@ -229,13 +229,8 @@ def test_the_fragment_writer_refuses_rows_of_no_shard(tmp_path, shards):
     assert writer.segments == []
 
 
-def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
-    """A worker's fragment writer serializes and frames each batch in one C call
-    (serialize_frames), so the figures in docs/performance.md are of that path."""
-    from bert_data.format.containers import TFRecordContainer
-    from bert_data.format.encoders import ExampleEncoder
-    from bert_data.output.fragment import FragmentWriter
-
+def _spy_on(monkeypatch, wire) -> list:
+    """The names of the accelerator's functions the writers call from now on, in order."""
     calls = []
 
     class Spy:
@@ -244,6 +239,17 @@ def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
             return getattr(wire, name)
 
     monkeypatch.setattr(native, "_wire", Spy())
+    return calls
+
+
+def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
+    """A worker's fragment writer serializes and frames each batch in one C call
+    (serialize_frames), so the figures in docs/performance.md are of that path."""
+    from bert_data.format.containers import TFRecordContainer
+    from bert_data.format.encoders import ExampleEncoder
+    from bert_data.output.fragment import FragmentWriter
+
+    calls = _spy_on(monkeypatch, wire)
     encoder = ExampleEncoder.__new__(ExampleEncoder)
     encoder.order = (("a", "int64"),)
     writer = FragmentWriter(path=str(tmp_path / "f"), encoder=encoder, container=TFRecordContainer(), num_shards=2)
@@ -257,14 +263,7 @@ def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
 def test_the_c_path_is_the_one_the_writer_takes(monkeypatch, wire):
     """serialize_examples and frame_records call the accelerator when it is there (a spy sees the
     calls), so the figures in docs/performance.md are of the C path."""
-    calls = []
-
-    class Spy:
-        def __getattr__(self, name):
-            calls.append(name)
-            return getattr(wire, name)
-
-    monkeypatch.setattr(native, "_wire", Spy())
+    calls = _spy_on(monkeypatch, wire)
     records = serialize_examples({"a": np.ones((3, 2), np.int32)}, [("a", "int64")])
     frame_records(records)
     assert calls == ["serialize_examples", "frame_records"]
