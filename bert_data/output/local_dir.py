@@ -217,12 +217,7 @@ def prepare_output_dir(
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
     entries = [e for e in os.listdir(output_dir) if e != LOCK_NAME] if os.path.isdir(output_dir) else []
     if entries:
-        try:
-            previous = load_manifest(output_dir)
-        except ManifestError:
-            previous = None  # unreadable: only this run's name pattern is known to be ours
-        doomed = replaced_files(entries, name, suffix, previous.data if previous is not None else None,
-                                interrupted_run(work_dir) if os.path.isdir(work_dir) else None)
+        doomed = run_files(output_dir, name, suffix)
         refuse_replacing_inputs(output_dir, [os.path.join(output_dir, e) for e in doomed], work_dir, inputs)
         if not overwrite:
             if os.path.isdir(work_dir) and MANIFEST_NAME not in entries:  # (with a manifest: finished, its commit cut short)
@@ -279,7 +274,7 @@ def run_files(directory: str, name: str, suffix: str, skip: Sequence[str] = ()) 
     try:
         previous = load_manifest(directory) if MANIFEST_NAME in entries else None
     except ManifestError:
-        previous = None
+        previous = None  # unreadable: only this run's name pattern is known to be ours
     return replaced_files(entries, name, suffix, previous.data if previous is not None else None,
                           interrupted_run(work_dir) if os.path.isdir(work_dir) else None)
 

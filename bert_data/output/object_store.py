@@ -75,7 +75,7 @@ def prepare_remote_output_dir(
 
 
 def _remote_run_files(directory: str, name: str, suffix: str, skip: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
-    """The URLs in ``directory`` a fresh run named ``name`` there replaces (its manifest first, the
+    """The URLs in ``directory`` a fresh run named ``name`` there replaces (its manifest, the
     files named like its shards, those a previous manifest or an interrupted run names), and its
     work directory's files (:func:`bert_data.output.local_dir.run_files` for a URL)."""
     work_dir = storage.join(directory, WORK_DIR_NAME)
@@ -84,7 +84,7 @@ def _remote_run_files(directory: str, name: str, suffix: str, skip: Sequence[str
     work = _work_files(work_dir)
     doomed = replaced_files(by_name, name, suffix, _previous_manifest(directory) if MANIFEST_NAME in by_name else None,
                             interrupted_run(work_dir) if work else None)
-    return sorted((by_name[e] for e in doomed), key=lambda p: not p.endswith("/" + MANIFEST_NAME)), work
+    return [by_name[e] for e in doomed], work
 
 
 def _delete_run_files(directory: str, files: Sequence[str], work: Sequence[str]) -> None:
