@@ -212,6 +212,9 @@ def test_flagfile_nested_with_comments(tmp_path, monkeypatch):
     assert values["dupe_factor"] == 7  # the flagfile comes after --dupe_factor=2
     assert values["random_seed"] == 5  # and before --random_seed=5
     assert parse_flags(["--flagfile", "inner.flags"])["dupe_factor"] == 7
+    # a list flag of a flag file overridden on the command line: absl's idiom, the last wins
+    (tmp_path / "files.flags").write_text("--input_file=a.txt\n", encoding="utf-8")
+    assert parse_flags(["--flagfile=files.flags", "--input_file=b.txt"])["input_file"] == "b.txt"
 
 
 def test_help_lists_berts_flags_with_their_help(capsys):
@@ -237,6 +240,9 @@ def test_help_lists_berts_flags_with_their_help(capsys):
         (["--flagfile=missing.flags"], "--flagfile missing.flags cannot be read"),
         (["--flagfile=."], "--flagfile . is not a regular file"),
         (["--output_file=o", "--vocab_file=v"], "--input_file is required"),
+        (["--input_file=a", "--input_file", "b"], "--input_file is given 2 times, and absl (so BERT) would read only "
+                                                  "the last; give every file in one comma-separated --input_file=A,B"),
+        (["--output_file=a", "-output_file=b"], "--output_file is given 2 times"),
     ],
 )
 def test_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, args, words):

@@ -82,6 +82,18 @@ def test_dispatch_and_exit_codes_pass_through(tmp_path, tiny_corpus, tiny_vocab,
     assert code == 0 and "2 validation" in stdout
 
 
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "google"])  # google: absl's flags, tested there
+def test_a_misspelled_flag_is_named_first_in_one_line_by_every_tool(capsys, command):
+    # argparse said "the following arguments are required: --metadata_files" for --metadata_file,
+    # and build_vocab's parser printed its usage block and took abbreviations
+    code, out, err = run(capsys, command, "--metadata_file", "m.txt", "--output_dir", "out")
+    tool = COMMANDS[command][1]
+    assert code == 2 and out == ""
+    assert err.endswith(": error: unknown flag --metadata_file; did you mean --metadata_files?\n") or (
+        command == "inspect" and err.endswith("error: unknown flag --metadata_file; see --help\n")), err
+    assert err.count("\n") == 1 and tool in err.splitlines()[0]
+
+
 def test_every_command_module_has_main():
     for module, _, _ in COMMANDS.values():
         tool = __import__(f"bert_data.tools.{module}", fromlist=["main"])

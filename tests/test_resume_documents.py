@@ -18,7 +18,7 @@ from typing import Dict, List
 
 import pytest
 
-from bert_data.output.journal import check_same_inputs
+from bert_data.output.journal import check_same_inputs, check_same_run
 from bert_data.errors import ResumeError
 
 from conftest import REPO, base_args, sentence, write_corpus, write_vocab
@@ -221,3 +221,12 @@ def test_a_run_recorded_without_document_fingerprints_says_so() -> None:
 def test_the_newest_document_alone_is_never_a_change() -> None:
     check_same_inputs({"documents_sha256": "d", "newest_document": "9 moved/x (m:1)"},
                       {"documents_sha256": "d", "newest_document": "9 x (m:1)"}, "run.json")
+
+
+def test_the_whole_same_run_check_does_not_compare_the_inputs_again_as_a_setting() -> None:
+    # it said "--inputs was {...}, now {...}" (no such flag) for what check_same_inputs lets pass
+    settings = {"max_seq_length": 128, "inputs": {"documents_sha256": "d", "newest_document": "9 moved/x (m:1)"}}
+    finished = {"max_seq_length": 128, "inputs": {"documents_sha256": "d", "newest_document": "9 x (m:1)"}}
+    check_same_run(settings, finished, "manifest.json", finished=True)
+    with pytest.raises(ResumeError, match=r"--max_seq_length was 128, now 512$"):
+        check_same_run({**settings, "max_seq_length": 512}, finished, "manifest.json", finished=True)

@@ -168,3 +168,30 @@ def test_a_validation_list_of_nothing_or_of_a_missing_document_is_refused_before
     one = tmp_path / "one.txt"
     one.write_text(metadata.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     assert main(base_args(metadata, tiny_vocab, out, quiet=True) + ["--validation_metadata_files", str(one)]) == 0
+
+
+def test_a_validation_half_of_unusable_documents_says_train_is_kept_and_resume_finishes_it(tmp_path, tiny_vocab, capsys):
+    """Its documents are read only when the half runs, after train is published: the line said
+    "nothing was published" (train was), with no way on. Now it says where train is and that
+    --resume, once the documents are usable, makes validation alone."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=8)
+    held_out = tmp_path / "corpus" / "validation.txt"
+    held_out.write_text("docs/doc006.txt\ndocs/doc007.txt\n", encoding="utf-8")
+    kept = {name: (tmp_path / "corpus" / "docs" / name).read_bytes() for name in ("doc006.txt", "doc007.txt")}
+    for name in kept:
+        (tmp_path / "corpus" / "docs" / name).write_bytes(b"")
+    out = tmp_path / "out"
+    args = base_args(metadata, tiny_vocab, out, quiet=True) + ["--validation_metadata_files", str(held_out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing was published" not in err[0], err
+    assert err[0].endswith(
+        f"{out / 'validation'}: no usable document: 2 documents read, all skipped (empty 2); the validation half "
+        f"published nothing, the train half is published in {out / 'train'} and kept: once the validation documents "
+        f"are usable, continue with --resume (same flags), or start over with --overwrite"), err
+    train = _shards(out / "train")
+    for name, data in kept.items():
+        (tmp_path / "corpus" / "docs" / name).write_bytes(data)
+    assert main(args + ["--resume"]) == 0  # the advice works, and train is the one already made
+    assert _shards(out / "train") == train
+    assert json.loads((out / "validation" / "data_params.json").read_text())["documents"]["used"] == 2

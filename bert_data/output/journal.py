@@ -196,6 +196,10 @@ def check_same_run(settings: Mapping, previous: Mapping, where: str, finished: b
         previous = {k: previous.get(k) for k in settings}
     else:
         check_run_file(previous, settings, where)
+    # the inputs were compared above, by what each fingerprint means (and without the ones that
+    # only name a change): never again as one "--inputs" setting
+    settings = {k: v for k, v in settings.items() if k != "inputs"}
+    previous = {k: v for k, v in previous.items() if k != "inputs"}
     check_same_settings(settings, previous, where)
 
 

@@ -25,7 +25,7 @@ import errno
 import logging
 import os
 import tempfile
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from ..config import Config, output_settings
 from ..errors import NOTHING_WRITTEN, BertDataError, NothingUsableError, OutputError, ResumeError, start_resource_tracker
@@ -94,10 +94,26 @@ def run_job(
             else:
                 clear = clear_unsplit_run
             clear(config.output_dir, config.name, config.overwrite, container_of(config).suffix, inputs)
-        return {
-            name: run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup, named=named)
-            for name, part in parts.items()
-        }
+        done: Dict[str, Dict] = {}
+        for name, part in parts.items():
+            try:
+                done[name] = run(_resumable(part, len(parts)), on_group=on_group, on_start=on_start, startup=startup,
+                                 named=named)
+            except NothingUsableError as exc:
+                if done:  # the first half was published: "nothing was published" would be wrong advice
+                    raise NothingUsableError(_second_half_made_nothing(str(exc), part, parts)) from None
+                raise
+        return done
+
+
+def _second_half_made_nothing(reason: str, part: Config, parts: Mapping[str, Config]) -> str:
+    """A split job's validation half made nothing after train was published (its documents are
+    read only when it runs): what, where, that train is kept, and the way on."""
+    first = next(iter(parts.values()))
+    reason = reason.replace("; nothing was published", "")
+    return (f"{part.output_dir}: {reason}; the {part.split_role} half published nothing, the {first.split_role} half "
+            f"is published in {first.output_dir} and kept: once the {part.split_role} documents are usable, continue "
+            f"with --resume (same flags), or start over with --overwrite")
 
 
 def next_step(config: Optional[Config]) -> str:

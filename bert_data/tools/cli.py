@@ -85,6 +85,18 @@ class OneLineParser(argparse.ArgumentParser):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(allow_abbrev=False, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        """An unknown flag is named before anything else: argparse says first that a required flag
+        is missing when the user only misspelled it (``--metadata_file``)."""
+        words = sys.argv[1:] if args is None else list(args)
+        for word in words:
+            if word == "--":
+                break
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--") and flag not in self._option_string_actions:
+                self.error(f"unrecognized arguments: {word}")
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> "NoReturn":
         print(f"{self.prog}: error: {_usage_message(self, message)}", file=sys.stderr)
         raise SystemExit(2)

@@ -160,6 +160,7 @@ def parse_flags(argv: Sequence[str]) -> Dict[str, Any]:
     or ``{"help": True}``. Raises :class:`UsageError` with one line naming the flag and the fix.
     Flags are never abbreviated; an unknown flag is an error (absl's behaviour too). ``flagfile``
     lists the flag files read."""
+    _require_list_flags_once(argv)
     flagfiles: List[str] = []
     args = expand_flagfiles(argv, read=flagfiles)
     values: Dict[str, Any] = {f.name: f.default for f in FLAGS.values()}
@@ -193,6 +194,22 @@ def parse_flags(argv: Sequence[str]) -> Dict[str, Any]:
             value, i = args[i], i + 1
         values[name] = _convert(flag, value)
     return values
+
+
+LIST_FLAGS = ("input_file", "output_file")  # comma-separated lists of files
+
+
+def _require_list_flags_once(argv: Sequence[str]) -> None:
+    """absl keeps the last of a repeated flag, so BERT reads only ``b`` of ``--input_file=a
+    --input_file=b``: a run of less than was asked, exit 0. On the command line itself that is
+    refused (the files go in one comma-separated value); a flag file's value overridden on the
+    command line is absl's usual idiom and stays as absl does it."""
+    for name in LIST_FLAGS:
+        given = [a for a in argv if a.lstrip("-") == name or a.lstrip("-").startswith(name + "=")]
+        given = [a for a in given if a.startswith("-")]
+        if len(given) > 1:
+            raise UsageError(f"--{name} is given {len(given)} times, and absl (so BERT) would read only the last; "
+                             f"give every file in one comma-separated --{name}=A,B")
 
 
 def _bool_value(flag: Flag, eq: str, value: str, args: Sequence[str], i: int) -> Tuple[bool, int]:

@@ -8,24 +8,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..errors import BertDataError, OutputError, print_error
 from ..errors import plural
 from ..metadata import split_metadata_files
 from ..identity import written_over_input
-from .cli import GivenOnce, terminal_bar
+from .cli import GivenOnce, OneLineParser, terminal_bar
 from .endings import emit, guarded, stopped
 
 PROG = "split_metadata"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors are one line ``split_metadata: error: ...`` and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 GUIDE = """\
@@ -48,7 +40,7 @@ path, ./a and a//b as a and a/b): give split_metadata and create_tfrecords the s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(  # usage errors are one line, as in every tool
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(

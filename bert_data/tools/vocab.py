@@ -19,7 +19,7 @@ from ..errors import BertDataError, ConfigError, OutputError, print_error
 from ..errors import plural
 from ..vocab_builder import build_vocab, write_vocab
 from ..documents import INPUT_FORMATS, ReadOptions
-from .cli import GivenOnce, resolve_log_level, terminal_bar, unknown_log_level
+from .cli import GivenOnce, OneLineParser, resolve_log_level, terminal_bar, unknown_log_level
 from .endings import emit, guarded, stopped
 
 PROG = "build_vocab"
@@ -42,7 +42,7 @@ case: the vocabulary and create_tfrecords must use the same --do_lower_case. Bot
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(  # usage errors are one line, as in every tool
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
