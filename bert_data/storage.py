@@ -31,7 +31,7 @@ import json
 import os
 import re
 import uuid
-from typing import IO, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import BertDataError
 
@@ -197,8 +197,30 @@ def atomic_create(path: str) -> Tuple[IO[bytes], Callable[[], None]]:
     return create(tmp), lambda: rename(tmp, path)
 
 
+def _write_local(path: str, data: bytes, tmp: str, sync: bool) -> None:
+    """``data`` to ``tmp``, then renamed to ``path``; the temporary file never outlives a failure
+    (a full disk, a directory in the way), so nothing is left beside the output to clutter it."""
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """``data`` as the whole of ``path``, published atomically."""
+    if not is_remote(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        _write_local(path, data, f"{path}.{uuid.uuid4().hex}.tmp", sync=False)
+        return
     handle, commit = atomic_create(path)
     try:
         handle.write(data)
@@ -227,6 +249,32 @@ def exists(path: str) -> bool:
         fs, inner = found
         return fs.exists(inner)
     return _beam_or_error(path).exists(path)
+
+
+def size(path: str) -> int:
+    """The size in bytes of the file ``path`` (a URL: one request)."""
+    if not is_remote(path):
+        return os.path.getsize(path)
+    found = _fsspec(path)
+    if found is not None:
+        fs, inner = found
+        return int(fs.size(inner))
+    return int(_beam_or_error(path).match([path])[0].metadata_list[0].size_in_bytes)
+
+
+def sizes(directory: str, names: Sequence[str]) -> Dict[str, int]:
+    """The size in bytes of each file ``names[i]`` of ``directory`` (a URL: one listing, not a
+    request per file); an error when one is not there."""
+    if not is_remote(directory):
+        return {name: os.path.getsize(os.path.join(directory, name)) for name in names}
+    found = _fsspec(directory)
+    if found is not None:
+        fs, inner = found
+        listed = {entry["name"].rstrip("/").rsplit("/", 1)[-1]: entry.get("size") for entry in fs.ls(inner, detail=True)}
+    else:
+        matched = _beam_or_error(directory).match([join(directory, "*")])[0].metadata_list
+        listed = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes for m in matched}
+    return {name: int(listed[name]) if isinstance(listed.get(name), int) else size(join(directory, name)) for name in names}
 
 
 def isdir(path: str) -> bool:
@@ -313,12 +361,7 @@ def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
     if is_remote(path):
         write_bytes(path, text.encode("utf-8"))
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    _write_local(path, text.encode("utf-8"), path + ".tmp", sync=True)
 
 
 def local_path_of(path: str) -> str:

@@ -46,6 +46,7 @@ from .errors import BertDataError
 from .faults import crash_point
 from .storage import write_bytes
 from .format.indexed import check_consistent, index_bytes, parse_index
+from .identity import newest_described
 from .output.journal import read_json_object, whole
 from .negatives import NegativePool
 from .sentences import segmenter_identity
@@ -465,13 +466,15 @@ def check_cache(config: Config, vocab_sha256: str, segmenter: str) -> Dict[str, 
 def check_cache_inputs(config: Config, inputs: Mapping[str, str], groups: int) -> None:
     """After the plan: the metadata and documents are the ones the cache was made from."""
     manifest = load_cache_manifest(config.from_tokens)
-    for name in ("metadata_sha256", "documents_sha256"):
-        if manifest["inputs"][name] != inputs[name]:
-            what = "the metadata files' contents" if name == "metadata_sha256" else "a document (size or modification time)"
-            raise TokenCacheError(
-                f"--from_tokens {config.from_tokens}: {what} changed since the cache was made (newest document now "
-                f"{inputs.get('newest_document', '?')}); tokenize again"
-            )
+    if manifest["inputs"]["metadata_sha256"] != inputs["metadata_sha256"]:
+        raise TokenCacheError(f"--from_tokens {config.from_tokens}: the metadata files' content changed since the cache "
+                              f"was made; tokenize again")
+    if manifest["inputs"]["documents_sha256"] != inputs["documents_sha256"]:
+        newest = newest_described(inputs.get("newest_document", ""))
+        raise TokenCacheError(
+            f"--from_tokens {config.from_tokens}: a document's size or modification time changed since the cache was "
+            f"made{f' (the newest is now {newest})' if newest else ''}; tokenize again"
+        )
     if len(manifest["groups"]) != groups:
         raise TokenCacheError(
             f"--from_tokens {config.from_tokens} holds {len(manifest['groups'])} groups, this run plans {groups}; "

@@ -106,7 +106,7 @@ def test_no_room_mid_run_says_resume_and_resume_gives_the_clean_bytes(corpus, tm
     assert failed.returncode == 2, failed.stderr
     line = _last_line(failed.stderr)
     assert line.startswith(f"{PROG}: error: writing to --output_dir {out} failed: File too large")
-    assert line.endswith("free space and continue with --resume")
+    assert line.endswith("raise the file-size limit (ulimit -f) and continue with --resume")  # (it said "free space")
     resumed = _cli(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert _shards(out) == _shards(corpus["reference"])

@@ -336,3 +336,31 @@ def test_a_killed_runs_plan_spool_is_removed_by_the_next_run(corpus, tmp_path):
     assert _cli(args + ["--resume"], env).returncode == 0
     assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("bert_data_plan_")]
     assert tempfile.gettempdir() != str(tmp_path / "tmp")  # (the child, not this process, used it)
+
+
+def test_readers_refuse_the_shards_of_a_run_killed_while_publishing(corpus, tmp_path) -> None:
+    """helper-17's case 1: a run stopped while it renamed its shards into place (the manifest is
+    written last) left some of them, and inspect_tfrecords --stats said OK on them (exit 0), as
+    bert_data.torch and the tf.data reader read them as the whole output. Killed after the
+    last rename here (every shard in place, still no manifest): each reader refuses in one line."""
+    from bert_data.errors import RecordFormatError
+    from bert_data.tools import inspect as insp
+
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=3)
+    assert _cli(args, env={"BERT_DATA_CRASH_AT": "published:0"}).returncode == -signal.SIGKILL
+    assert list(out.glob("*.tfrecords")) and not (out / "data_params.json").exists()
+    line = (f"{out}: an unfinished run (its work directory .bert_data_work is there, its data_params.json not yet): "
+            f"finish it with the same create_tfrecords command and --resume")
+    inspected = subprocess.run([sys.executable, "-m", "bert_data.tools.inspect", str(out), "--stats"],
+                               capture_output=True, text=True, timeout=300)
+    assert inspected.returncode == 2 and inspected.stderr == f"inspect_tfrecords: error: {line}\n", inspected.stderr
+    pytest.importorskip("torch")  # the torch reader's own extra
+    from bert_data.torch import PretrainingDataset
+
+    with pytest.raises(RecordFormatError) as caught:
+        PretrainingDataset(out)
+    assert str(caught.value) == line
+    assert _cli(args + ["--resume"]).returncode == 0  # the advice works
+    _same_output(out, corpus["references"]["nsp"])
+    PretrainingDataset(out)

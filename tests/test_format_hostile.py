@@ -84,6 +84,24 @@ def test_mds_index_is_never_an_input_and_damaged_pieces_fail_inspect(corpus, tmp
     assert "the file is damaged" in capsys.readouterr().out
 
 
+def test_an_mds_index_that_is_a_fifo_is_one_line_never_a_hang(corpus, tmp_path):
+    """helper-17's case 2: the pieces and the manifest were checked for being regular files, the
+    index.json beside them was opened as it was (a FIFO blocked inspect forever)."""
+    import subprocess
+    import sys
+
+    _need("streaming", "pyarrow")
+    out = tmp_path / "mds"
+    assert cli.main(_args(corpus, out, output_format="mds")) == 0
+    (out / "index.json").unlink()
+    os.mkfifo(out / "index.json")
+    for extra in (["--stats"], ["-n", "1"]):
+        done = subprocess.run([sys.executable, "-m", "bert_data.tools.inspect", str(out), *extra], capture_output=True,
+                              text=True, timeout=120)  # (a hang fails here, not the whole suite)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"{out / 'index.json'} is not a regular file" in done.stdout + done.stderr
+
+
 def test_nvidia_hdf5_vocabularies_are_checked_before_any_work(corpus, tmp_path, capsys):
     _need("h5py")
     metadata, vocab = corpus
@@ -170,3 +188,47 @@ def test_a_stopping_run_stops_rewriting_shards(corpus, tmp_path):
     with pytest.raises(OSError):
         rewrite_shards(sources, names, container_for("parquet"), str(tmp_path / "b"), spec, place, threads=1)
     assert placed == ["s-0.parquet"]  # the shards after the failing one were never begun
+
+
+@pytest.mark.parametrize("fmt, in_the_way", [("tfrecord", "examples-2.tfrecords"), ("parquet", "examples-2.parquet"),
+                                             ("mds", "index.json")])
+def test_a_directory_named_like_an_output_file_is_refused_before_any_work(corpus, tmp_path, capsys, fmt, in_the_way):
+    """helper-17's case 3: --overwrite removes files, not directories, so the run went ahead and
+    failed at publish, naming a path inside its work directory and advising 'free space and
+    continue with --resume', which failed the same way every time (and left index.json.*.tmp)."""
+    if fmt != "tfrecord":
+        _need("pyarrow", *(("streaming",) if fmt == "mds" else ()))
+    out = tmp_path / "out"
+    (out / in_the_way).mkdir(parents=True)
+    capsys.readouterr()
+    assert cli.main(_args(corpus, out, output_format=fmt, overwrite=True)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"create_tfrecords: error: {out / in_the_way} is a directory where the run writes a file of its "
+                   f"output; remove or rename it, then run again"], err
+    assert sorted(p.name for p in out.iterdir()) == [".bert_data.lock", in_the_way] or sorted(
+        p.name for p in out.iterdir()) == [in_the_way]
+    (out / in_the_way).rmdir()
+    assert cli.main(_args(corpus, out, output_format=fmt, overwrite=True)) == 0  # the advice works
+
+
+def test_a_failed_write_advises_what_fits_its_cause():
+    import errno
+
+    from bert_data.output.local_dir import way_on
+
+    assert way_on(OSError(errno.ENOSPC, "No space left on device")) == "free space and continue with --resume"
+    assert way_on(OSError(errno.EISDIR, "Is a directory")) == "remove or rename what is in the way and continue with --resume"
+    assert way_on(OSError(errno.EROFS, "Read-only file system")) == "make it writable and continue with --resume"
+    assert way_on(OSError(errno.EIO, "Input/output error")) == "fix it and continue with --resume"
+
+
+def test_a_sidecar_that_cannot_be_put_in_place_leaves_no_temporary_file(tmp_path):
+    from bert_data import storage
+
+    target = tmp_path / "index.json"
+    target.mkdir()
+    with pytest.raises(OSError):
+        storage.write_bytes(str(target), b"{}")
+    with pytest.raises(OSError):
+        storage.write_json_atomically(str(target), {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json"]

@@ -562,10 +562,19 @@ def test_from_tokens_writes_the_files_of_the_run_from_text(capsys, layout):
     assert cached.read_bytes() == text.read_bytes() and len(records(cached)) > 0
     assert [p.stat().st_ino for p in cache.glob("pool-*.npz")] == [kept]  # ... and the run read that one
     assert manifest_of(cached)["n_examples"] == manifest_of(text)["n_examples"]
-    assert "from_tokens" in one_line_error(capsys, "--input_file=corpus/a.txt", f"--vocab_file={layout['vocab']}",
-                                           f"--output_file={cached}", f"--from_tokens={cache}", "--quiet")
+    err = one_line_error(capsys, "--input_file=corpus/a.txt", f"--vocab_file={layout['vocab']}",
+                         f"--output_file={cached}", f"--from_tokens={cache}", "--quiet")
+    assert err.endswith(f"--from_tokens {cache}: --input_file matches other files than the cache was made from; "
+                        "tokenize again\n"), err  # (it said "the metadata files' contents", a nanosecond time, a spool)
     err = one_line_error(capsys, *common, "--nodo_lower_case", f"--output_file={cached}", f"--from_tokens={cache}")
-    assert "--do_lower_case" in err
+    assert "pass the same --do_lower_case" in err
+    other = layout["out"] / "cache-split"  # a flag create_pretraining_data has no way to pass
+    assert tokenize(["--input_file=corpus/a.txt,corpus/b-*.txt", "--vocab_file", str(layout["vocab"]),
+                     "--do_lower_case", "--output_dir", str(other), "--split_num", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    err = one_line_error(capsys, *common, f"--output_file={cached}", f"--from_tokens={other}")
+    assert err.endswith("create_pretraining_data runs with the default --split_num (it has no such flag): tokenize "
+                        "again without --split_num\n"), err
 
 
 def test_tokenize_input_file_is_one_way_of_naming_inputs(capsys, layout):

@@ -118,6 +118,29 @@ def test_resume_of_a_finished_run_missing_a_shard_says_so(corpus, tmp_path: Path
     _assert_same_output(out, corpus["reference"])
 
 
+@pytest.mark.parametrize("change", ["cut short", "another run's shard"])
+def test_resume_of_a_finished_run_with_a_shard_changed_since_says_so(corpus, tmp_path: Path, change) -> None:
+    """The manifest kept counts, not sizes: a shard cut short (a full disk while copying it back)
+    or replaced by another run's file of the same name was reported done with exit 0."""
+    out = tmp_path / "out"
+    args = base_args(corpus["metadata"], corpus["vocab"], out, split_num=4)
+    shutil.copytree(corpus["reference"], out)
+    shard = out / "examples-2.tfrecords"
+    listed = json.loads((out / MANIFEST).read_text())["bytes_per_shard"]
+    assert listed == {p.name: p.stat().st_size for p in out.glob("*.tfrecords")}
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2] if change == "cut short" else (out / "examples-3.tfrecords").read_bytes())
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 2 and resumed.stdout == ""
+    assert resumed.stderr.strip().splitlines() == [
+        f"create_tfrecords: error: --resume: {out} holds a finished run, but {shard} is {shard.stat().st_size:,} bytes "
+        f"where its manifest {out}/{MANIFEST} lists {len(data):,} (cut short or replaced since); make it anew with "
+        f"--overwrite instead of --resume"]
+    again = _cli(args + ["--overwrite"])
+    assert again.returncode == 0, again.stderr
+    _assert_same_output(out, corpus["reference"])
+
+
 def _limit_file_size(limit: int):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))

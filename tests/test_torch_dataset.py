@@ -217,6 +217,8 @@ def test_a_resume_state_must_fit_the_dataset_and_the_loader(monkeypatch) -> None
             PretrainingDataset(root, batch_size=3, shuffle=True, seed=1).load_state_dict(state)
         with pytest.raises(ConfigError, match="batches consumed"):
             dataset.load_state_dict(dict(state, batches=99))
+        with pytest.raises(ConfigError, match="99 batches consumed, but this rank's epoch has 8 batches"):
+            dataset.state_dict(99, num_workers=2)  # refused where it is made (it was only where loaded)
         dataset.load_state_dict(state)
         with pytest.raises(ConfigError, match="same num_workers"):
             list(dataset)  # read with 1 worker, saved with 2

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .. import __version__
 from ..errors import RecordFormatError, plural
 from ..objectives import OBJECTIVE_OF_LAYOUT, layout_of, objective_of
+from ..output.journal import unfinished_run
 from ..output.naming import (
     MANIFEST_NAME, NAMED_MANIFEST_SUFFIX, TFRECORD_SUFFIX, named_outputs_manifest_path, natural_key, shard_glob,
 )
@@ -66,10 +67,12 @@ def _by_prefix(stats: Mapping[str, int], prefix: str) -> Dict[str, int]:
 
 
 def build_manifest(settings: Mapping[str, Any], stats: Counter, per_shard: Dict[str, int], summary,
-                   vocab: VocabIdentity) -> Dict[str, Any]:
+                   vocab: VocabIdentity, sizes: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
     """The manifest of a finished run: every setting (``Config.to_json()``), then the counters.
 
-    ``summary`` is the metadata scan's (``entries``, ``duplicate_entries``). Raises
+    ``summary`` is the metadata scan's (``entries``, ``duplicate_entries``); ``sizes`` the bytes
+    of each file of ``per_shard`` as published (``bytes_per_shard``: what ``--resume`` of a
+    finished run compares the files with; the readers count the records). Raises
     :class:`AccountingError` when documents read != used + skipped."""
     skipped = _by_prefix(stats, "skipped.")
     read = stats["documents.read"]
@@ -99,6 +102,7 @@ def build_manifest(settings: Mapping[str, Any], stats: Counter, per_shard: Dict[
             "unk_rate": (stats["unk_tokens"] / stats["tokens"]) if stats["tokens"] else 0.0,
             "nsp_negatives_unavailable": stats["nsp_negatives_unavailable"],
             "instances_per_shard": per_shard,
+            **({"bytes_per_shard": dict(sizes)} if sizes is not None else {}),
             "vocab_path": vocab.path,
             "vocab_sha256": vocab.sha256,
             "vocab_size": vocab.size,
@@ -289,7 +293,7 @@ def listed_files(
 
 def directory_reads(
     directory: str, manifest: Optional[Manifest], named: Sequence[Tuple[str, Union[Dict[str, Any], str]]],
-    shard_like: Sequence[str], exists: Callable[[str], bool] = os.path.exists,
+    shard_like: Sequence[str], exists: Callable[[str], bool] = os.path.exists, unfinished_is_error: bool = True,
 ) -> Tuple[List[str], Optional[str]]:
     """What a reader of an output directory reads (the tf.data reader and ``bert_data.torch``
     alike): the files its manifests list (:func:`listed_files`), every one of which must exist,
@@ -299,6 +303,9 @@ def directory_reads(
     refuse_other_format(directory, manifest)
     listed = listed_files(directory, manifest, named)
     if listed is None:
+        unfinished = unfinished_run(directory, manifest, named, exists) if unfinished_is_error else None
+        if unfinished:
+            raise RecordFormatError(unfinished)
         if not shard_like:
             raise RecordFormatError(f"no TFRecord files match {os.path.join(directory, shard_glob())!r}")
         return list(shard_like), None

@@ -33,11 +33,13 @@ checks the pieces and index byte for byte against ``MDSWriter.write`` row by row
 from __future__ import annotations
 
 import copy
+import errno
 import functools
 import importlib.util
 import json
 import os
 import shutil
+import stat
 import sys
 import threading
 import types
@@ -299,7 +301,10 @@ def read_index(directory: str) -> List[Dict]:
 def index_entry(path: str) -> Optional[Dict]:
     """The ``index.json`` entry of the piece ``path`` (None when its directory's index lacks it)."""
     directory, name = os.path.split(path)
-    index = os.stat(os.path.join(directory or ".", MDS_INDEX_NAME))
+    index_path = os.path.join(directory or ".", MDS_INDEX_NAME)
+    index = os.stat(index_path)
+    if not stat.S_ISREG(index.st_mode):  # a FIFO would block the reader forever (a directory: an error anyway)
+        raise OSError(errno.EINVAL, f"{index_path} is not a regular file")
     entry = _entries_by_name(directory or ".", index.st_mtime_ns, index.st_size).get(name)
     return copy.deepcopy(entry)  # the cached index stays as read, whatever a reader does with its copy
 

@@ -33,9 +33,10 @@ from ..format.manifest import (
     manifest_separator,
     sequences_per_pack,
 )
+from ..output.journal import unfinished_run
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
-from ..output.naming import MANIFEST_NAME, WORK_DIR_NAME, natural_key, shard_glob
+from ..output.naming import natural_key, shard_glob
 from ..storage import file_kind
 from . import InspectError
 
@@ -94,9 +95,13 @@ def directory_files(directory: str, notes: Optional[List[str]] = None) -> List[s
     warning added to ``notes``. Raises :class:`InspectError` for a file to read that is not a
     regular file (a FIFO would block)."""
     manifest = load_manifest(directory)
-    listed = listed_files(directory, manifest, () if manifest is not None else named_output_manifests(directory))
+    named = () if manifest is not None else named_output_manifests(directory)
+    listed = listed_files(directory, manifest, named)
     shard_like = _shard_like(directory)
     if listed is None:
+        unfinished = unfinished_run(directory, manifest, named)  # its shards are some of an output, never all
+        if unfinished:
+            raise InspectError(unfinished)
         return [_regular(f, " (in an output directory)") for f in shard_like]
     files = []
     for name in listed.names:
@@ -122,9 +127,6 @@ def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> T
     for p in paths:
         if os.path.isdir(p):
             found = directory_files(p, notes)
-            if not found and os.path.isdir(os.path.join(p, WORK_DIR_NAME)) and not os.path.exists(os.path.join(p, MANIFEST_NAME)):
-                raise InspectError(f"{p}: an unfinished run (its work directory {WORK_DIR_NAME} is there, its "
-                                   f"{MANIFEST_NAME} not yet): finish it with the same create_tfrecords command and --resume")
             if not found:
                 raise InspectError(f"{p}: directory holds no {shard_glob()} files")
             dirs.append(os.path.realpath(p))

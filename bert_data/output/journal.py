@@ -23,13 +23,13 @@ import json
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from .. import storage
 from ..config import LEFT_OUT_AT_DEFAULT
 from ..errors import ResumeError
 from ..identity import newest_described, newest_mtime
-from .naming import MANIFEST_NAME, RUN_FILE, index_group
+from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, index_group
 
 MAX_JOURNAL_BYTES = 64 << 20  # run.json and progress.json are a few KB (~30 bytes a shard)
 _INDEX_THREADS = 16
@@ -227,9 +227,9 @@ def resume_point(
 
 def require_listed_files(output_dir: str) -> None:
     """A finished run (its manifest checked by :func:`resume_point`) is complete only with every
-    file its manifest lists records in: one removed since is said, never reported as done (a
-    truncated one is found by inspect_tfrecords, which reads the records: the manifest keeps
-    counts, not sizes). Not for BERT's named files, whose staging run's shards move away."""
+    file its manifest lists records in, each of the size it lists (``bytes_per_shard``; a manifest
+    of an older bert_data has none): one removed, cut short or replaced since is said, never
+    reported as done. Not for BERT's named files, whose staging run's shards move away."""
     manifest_path = storage.join(output_dir, MANIFEST_NAME)
     manifest = read_journal(manifest_path)
     per_shard = manifest.get("instances_per_shard")
@@ -240,6 +240,16 @@ def require_listed_files(output_dir: str) -> None:
         raise ResumeError(
             f"--resume: {output_dir} holds a finished run, but {storage.join(output_dir, missing)}, which its manifest "
             f"{manifest_path} lists, is missing; make it anew with --overwrite instead of --resume"
+        )
+    listed = manifest.get("bytes_per_shard")
+    listed = {n: b for n, b in listed.items() if n in names and whole(b)} if isinstance(listed, dict) else {}
+    found = storage.sizes(output_dir, sorted(listed)) if listed else {}
+    changed = next((n for n in sorted(listed) if found[n] != listed[n]), None)
+    if changed is not None:
+        raise ResumeError(
+            f"--resume: {output_dir} holds a finished run, but {storage.join(output_dir, changed)} is {found[changed]:,} "
+            f"bytes where its manifest {manifest_path} lists {listed[changed]:,} (cut short or replaced since); make it "
+            f"anew with --overwrite instead of --resume"
         )
 
 
@@ -283,3 +293,15 @@ def check_published_files(settings: Mapping, manifest: Mapping, outputs, first_o
     if changed or list(manifest.get("output_files", [])) != list(outputs):
         what = ", ".join(changed) or "--output_file"
         raise ResumeError(f"--resume: {first_output} was written with other settings ({what}); run again without --resume")
+
+
+def unfinished_run(directory: str, manifest: Optional[object], named: Sequence[object],
+                   exists: Callable[[str], bool] = os.path.exists) -> Optional[str]:
+    """One line when ``directory`` holds a run that has not finished (its work directory there, its
+    manifest not yet), else None. Whatever shards it shows then are part of an output (a run
+    stopped while publishing renames them one by one, the manifest last): never read as a whole."""
+    if manifest is not None or named or not exists(storage.join(directory, WORK_DIR_NAME)) or exists(
+            storage.join(directory, MANIFEST_NAME)):
+        return None
+    return (f"{directory}: an unfinished run (its work directory {WORK_DIR_NAME} is there, its {MANIFEST_NAME} not "
+            f"yet): finish it with the same create_tfrecords command and --resume")

@@ -18,6 +18,7 @@ when every group is in (:meth:`LocalDirOutput.publish`), the manifest last
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -228,6 +229,7 @@ def prepare_output_dir(
             raise OutputError(
                 f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
             )
+        refuse_directories_in_the_way(output_dir, doomed)
         halves = {half: run_files(half, name, suffix) for half in split_halves(output_dir)}  # replaced too
         for half, files in halves.items():  # (an input among them is refused, as one inside the work directory)
             refuse_replacing_inputs(output_dir, [os.path.join(half, e) for e in files], os.path.join(half, WORK_DIR_NAME),
@@ -289,6 +291,30 @@ def replaced_paths(output_dir: str, name: str, suffix: str, split: bool = False)
     for half in split_halves(output_dir):
         paths += [os.path.join(half, e) for e in run_files(half, name, suffix)]
     return paths
+
+
+# What to do about a failed write, by its errno: "free space" only where space ran out.
+_WAY_ON = {
+    errno.ENOSPC: "free space", errno.EDQUOT: "free space (a quota)", errno.EFBIG: "raise the file-size limit (ulimit -f)",
+    errno.EISDIR: "remove or rename what is in the way", errno.ENOTDIR: "remove or rename what is in the way",
+    errno.ENOTEMPTY: "remove or rename what is in the way", errno.EEXIST: "remove or rename what is in the way",
+    errno.EACCES: "make it writable", errno.EPERM: "make it writable", errno.EROFS: "make it writable",
+}
+
+
+def way_on(exc: OSError) -> str:
+    """How to continue after ``exc`` stopped a run with its journal kept."""
+    return f"{_WAY_ON.get(exc.errno, 'fix it')} and continue with --resume"
+
+
+def refuse_directories_in_the_way(directory: str, names: Sequence[str]) -> None:
+    """A directory named like one of the files a run publishes would make it fail at publish, after
+    all its work: one line before anything is done (``--overwrite`` removes files, never them)."""
+    found = next((n for n in names if os.path.isdir(os.path.join(directory, n))
+                  and not os.path.islink(os.path.join(directory, n))), None)
+    if found is not None:
+        raise OutputError(f"{os.path.join(directory, found)} is a directory where the run writes a file of its output; "
+                          f"remove or rename it, then run again")
 
 
 def _remove_run_files(directory: str, names: Sequence[str]) -> None:
@@ -406,6 +432,7 @@ class LocalDirOutput:
                     require_listed_files(self.output_dir)
                 shutil.rmtree(self.work_dir, ignore_errors=True)
                 return None
+            refuse_directories_in_the_way(self.output_dir, run_files(self.output_dir, config.name, self.container.suffix))
             self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state)
             self.next_group = state["next_group"]
             if self.next_group > planned_groups:  # same inputs and settings plan the same groups: damaged
@@ -501,13 +528,13 @@ class LocalDirOutput:
 
     def failure(self, exc: OSError) -> OutputError:
         """An OSError while writing, as one line that says how to continue."""
-        where = f" ({exc.filename})" if exc.filename else ""
+        target = exc.filename2 or exc.filename  # a rename into place: the destination is what is in the way
+        where = f" ({target})" if target else ""
         if not os.path.isdir(self.work_dir):
             return OutputError(
                 f"the work directory {self.work_dir} was removed while the run was writing ({exc.strerror or exc}); "
                 f"nothing was published: start over without --resume"
             )
         return OutputError(
-            f"writing to --output_dir {self.output_dir} failed: {exc.strerror or exc}{where}; "
-            f"free space and continue with --resume"
+            f"writing to --output_dir {self.output_dir} failed: {exc.strerror or exc}{where}; {way_on(exc)}"
         )

@@ -133,7 +133,7 @@ def _directory_files(directory: str, manifests: _Manifests, use_manifest: bool) 
 
     shard_like = _shard_like(directory)
     if not use_manifest:
-        return directory_reads(directory, None, (), shard_like)[0]
+        return directory_reads(directory, None, (), shard_like, unfinished_is_error=False)[0]  # (every shard, as asked)
     manifest, named = manifests.of_directory(directory)
     files, warning = directory_reads(directory, manifest, named, shard_like, tf.io.gfile.exists)
     if warning:

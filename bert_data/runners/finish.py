@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Dict, List, Mapping, Tuple
 
+from .. import storage
 from ..config import Config
 from ..errors import NothingUsableError, plural
 from ..faults import crash_point
@@ -39,7 +40,8 @@ def finish(
         raise NothingUsableError(nothing_usable(stats))
     per_shard = output.publish()
     crash_point("published", 0)
-    manifest = build_manifest(config.to_json(), stats, per_shard, summary, vocab)
+    sizes = storage.sizes(config.output_dir, list(per_shard))
+    manifest = build_manifest(config.to_json(), stats, per_shard, summary, vocab, sizes)
     manifest["inputs"] = dict(inputs)  # what --resume of a finished run checks
     return output.commit(manifest)  # the manifest as published
 

@@ -77,7 +77,19 @@ MAX_FLAGFILE_DEPTH = 32
 MAX_FLAGFILE_BYTES = 1 << 20
 
 # Our setting names in messages of the shared pipeline, as BERT's flags.
+def _flag_it_lacks(match: "re.Match") -> str:
+    """A token cache's "pass the same --FLAG" for a flag BERT's command line has no way to pass."""
+    name = match.group(1)
+    if name in FLAGS:
+        return match.group(0)
+    return f"; {PROG} runs with the default --{name} (it has no such flag): tokenize again without --{name}"
+
+
 _OUR_NAMES = (
+    # a cache made by `bert-data tokenize --split_num ...` (or other flags this command line lacks)
+    (r"; pass the same --(\w+) \(a cache fixes it\), or tokenize again", _flag_it_lacks),
+    (r"the metadata files' content changed since the cache was made",
+     "--input_file matches other files than the cache was made from"),
     (r"--seed\b", "--random_seed"),
     (r"--mask_whole_word\b", "--do_whole_word_mask"),
     (r"--metadata_files\b", "--input_file"),

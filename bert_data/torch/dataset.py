@@ -212,6 +212,8 @@ class PretrainingDataset(IterableDataset):
         if size is None:
             raise ConfigError("state_dict() needs batch_size= (the DataLoader's): the dataset yields single records")
         _check_int("batch_size", size)
+        # a point past this rank's epoch is an error here, where it is made, not when it is loaded
+        consumed_by_worker([math.ceil(n / size) for n in self._worker_records(max(1, num_workers))], batches)
         state = {"epoch": self.epoch, "batches": batches, "batch_size": size, "num_workers": num_workers}
         state.update({key: self._state_value(key) for key in _STATE_KEYS})
         return state
