@@ -327,3 +327,48 @@ def test_every_tool_stops_in_one_line_on_sighup(corpus, tmp_path, tool) -> None:
     assert process.returncode == 129, process.stderr
     assert _last_line(process.stderr) == (
         f"{tool}: hung up (SIGHUP: the terminal or session closed); run the same command again")
+
+
+def test_a_removed_working_directory_is_said_as_such(corpus, tmp_path) -> None:
+    """helper-18's case 5: spaCy's import asks for the working directory; removed from under the
+    shell, the run said "writing to --output_dir ... failed: No such file or directory; free space
+    and continue with --resume", and --resume failed the same way."""
+    from conftest import REPO
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    args = base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out")
+    script = f"cd {gone} && rmdir {gone} && exec {sys.executable} -m bert_data.tools.create \"$@\""
+    done = subprocess.run(["sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"{PROG}: error: the working directory was removed (a shell still in it?): cd to a directory "
+                           f"that exists and run the same command again (nothing was written yet)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_stop_while_a_tool_imports_is_one_line_not_a_traceback(tmp_path) -> None:
+    """helper-18's case 6: Ctrl-C in a tool's first ~0.3 s (its imports, before main() guards
+    the run) printed a KeyboardInterrupt traceback. The signal is sent here from inside the import
+    of the tool's module (a sitecustomize's import hook), after bert_data.tools itself is in."""
+    from conftest import REPO
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'bert_data.tools.create':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "bert_data.tools.create", "--help"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{REPO}"})
+    assert done.returncode == 130 and done.stdout == "", done.stderr
+    assert done.stderr == ("bert_data.tools.create: stopped while starting; run the same command again (nothing was "
+                           "written yet)\n")
+    # a library import takes no signal handler (nor does a worker process, started with -c)
+    probe = "import signal, bert_data.tools; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}).stdout == "True\n"

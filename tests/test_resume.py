@@ -170,6 +170,15 @@ def _children(pid: int) -> List[int]:
         return []
 
 
+def _blocks_sigterm(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    blocked = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+    return bool(blocked & (1 << (signal.SIGTERM - 1)))
+
+
 def _gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] in "ZX"  # a zombie counts as gone
@@ -200,6 +209,13 @@ def test_ctrl_c_or_sigterm_stops_promptly_and_resumes(tmp_path: Path, sig: int, 
         time.sleep(0.05)
     assert process.poll() is None, "run finished before it could be interrupted"
     workers = _children(process.pid)
+    # helper-18: the workers were spawned while the coordinator held the stop signals back and kept
+    # that mask, so terminate() never reached them (5 s per worker to stop; a worker stuck at a
+    # memory limit hung the run for good). Each unblocks them when it starts.
+    deadline = time.monotonic() + 60
+    while any(_blocks_sigterm(w) for w in workers) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_blocks_sigterm(w) for w in workers), "a worker blocks SIGTERM"
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == code, stderr

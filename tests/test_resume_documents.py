@@ -230,3 +230,51 @@ def test_the_whole_same_run_check_does_not_compare_the_inputs_again_as_a_setting
     check_same_run(settings, finished, "manifest.json", finished=True)
     with pytest.raises(ResumeError, match=r"--max_seq_length was 128, now 512$"):
         check_same_run({**settings, "max_seq_length": 512}, finished, "manifest.json", finished=True)
+
+
+# --- an input edited while the run reads it -----------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["document", "vocabulary", "token cache"])
+def test_an_input_edited_mid_run_is_refused_before_anything_is_published(tmp_path, what) -> None:
+    """helper-18's case 2: a document appended to while the run was at its fourth group gave
+    exit 0 and shards of neither corpus (the NSP pool was read before, the document's own group
+    after), the manifest recording the old fingerprint. The files the groups read are stat'ed
+    when the run starts and again before it publishes: a change is one line, nothing published."""
+    from bert_data.errors import MetadataError
+    from bert_data.runners.job import run
+    from bert_data.tools.create import build_parser, config_from_args
+
+    metadata = write_corpus(tmp_path / "corpus", n_docs=14)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    args = base_args(metadata, vocab, out, split_num=3, quiet=True)
+    target = vocab if what == "vocabulary" else metadata.parent / "docs" / "doc012.txt"
+    if what == "token cache":  # (helper-18's case 3: the cache remade by tokenize --overwrite as a run read it)
+        from bert_data.tools.main import main as bert_data_main
+
+        cache = tmp_path / "cache"
+        assert bert_data_main(["tokenize", "--metadata_files", str(metadata), "--input_files_prefix", str(metadata.parent),
+                               "--vocab_file", str(vocab), "--output_dir", str(cache), "--split_num", "3",
+                               "--do_lower_case", "--quiet"]) == 0
+        args += ["--from_tokens", str(cache)]
+        target = cache / "tokens.json"
+    config = config_from_args(build_parser().parse_args(args))
+    edited: List[int] = []
+
+    def edit(result) -> None:  # the coordinator, as the first group comes in
+        if not edited:
+            edited.append(result.group_index)
+            _grow(target) if what == "document" else os.utime(target, ns=(0, target.stat().st_mtime_ns + 10**9))
+
+    with pytest.raises(MetadataError) as caught:
+        run(config, on_group=edit)
+    where = {"document": f"{metadata}:13", "vocabulary": "--vocab_file",
+             "token cache": f"the token cache {target.parent}"}[what]
+    changed = "changed (" if what == "document" else "was modified while"
+    assert str(caught.value).startswith(f"{where}: {target} {changed}"), caught.value
+    assert str(caught.value).endswith("nothing was published: run again with --overwrite once it no longer changes "
+                                      "(--resume cannot continue a run whose inputs changed)")
+    assert not (out / "data_params.json").exists() and not list(out.glob("*.tfrecords"))
+    again = _cli(args + ["--overwrite"])  # the advice works
+    assert again.returncode == 0, again.stderr

@@ -42,7 +42,9 @@ from ..storage import exists as storage_exists, is_remote, join as storage_join
 from ..token_cache import check_cache_inputs
 from .dask import dask_ready, dask_session, run_groups_dask
 from .finish import finish, keep_worst, quality_warnings
-from .plan import listed_documents, plan_run, planned_groups, require_both_halves, split_configs
+from .plan import (
+    input_stamps, listed_documents, plan_run, planned_groups, require_both_halves, require_unchanged_inputs, split_configs,
+)
 from .pool import run_groups
 from .startup import StartupInfo, disk_space_warning, ensure_open_files, input_fingerprints, startup_checks
 from .worker import GroupResult
@@ -251,6 +253,7 @@ def _run_planned(
             log.info("%s is already complete: nothing to resume", config.output_dir)
             return output.finished_manifest()
         journal = True
+        stamps = input_stamps(config, spool_path)  # the files the groups read, as they are now
         bytes_read.value = stats["input_bytes"]  # what the groups journaled before a resume had read
         runner = GROUP_RUNNERS[config.runner][0]
         todo = output.todo(planned_groups(config, spool_path))
@@ -263,6 +266,7 @@ def _run_planned(
                 output.accept(result, stats)
                 if on_group is not None:
                     on_group(result)
+        require_unchanged_inputs(config, spool_path, stamps)  # an edit mid-run: records of neither version
         vocab = VocabIdentity(os.path.abspath(config.vocab_file), inputs["vocab_sha256"], vocab_size)  # hashed once
         manifest = finish(output, config=config, stats=stats, summary=summary, vocab=vocab, inputs=inputs)
     except BertDataError as exc:

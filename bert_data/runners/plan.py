@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterator, List, Tuple
 
+import numpy as np
+
 from ..config import Config
 from ..errors import ConfigError
 from ..group import group_plan, read_options
@@ -181,3 +183,54 @@ def planned_groups(config: Config, spool_path: str) -> Iterator[Tuple[int, List[
     with open(spool_path, encoding="ascii") as spool:
         for line in spool:
             yield decode_group(line, config.metadata_files)
+
+
+# --- what the run reads stays what it planned ------------------------------------------------------
+
+
+def _read_files(config: Config, spool_path: str) -> Iterator[Tuple[str, str]]:
+    """``(path, where)`` of every local file the run's groups read: the planned documents (a ranged
+    file once), or with ``--from_tokens`` the cache's manifest and group files; and the vocabulary."""
+    if config.from_tokens:
+        from ..token_cache import CACHE_MANIFEST
+
+        names = sorted(n for n in os.listdir(config.from_tokens) if n == CACHE_MANIFEST or n.startswith("g"))
+        yield from ((os.path.join(config.from_tokens, n), f"the token cache {config.from_tokens}") for n in names)
+    else:
+        for _, items in planned_groups(config, spool_path):
+            yield from ((i.source.path, i.source.where()) for i in items if i.first and not is_remote(i.source.path))
+    if not is_remote(config.vocab_file):
+        yield config.vocab_file, "--vocab_file"
+
+
+def _stamp(path: str) -> Tuple[int, int]:
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return -1, -1
+    return info.st_size, info.st_mtime_ns
+
+
+def input_stamps(config: Config, spool_path: str) -> np.ndarray:
+    """Size and modification time of every file :func:`_read_files` names, taken when the run
+    starts (16 bytes a file). Workers read them over the whole run, the NSP pool from some when
+    each starts: an edit in between makes records of neither version."""
+    return np.array([_stamp(path) for path, _ in _read_files(config, spool_path)], dtype=np.int64).reshape(-1, 2)
+
+
+def require_unchanged_inputs(config: Config, spool_path: str, before: np.ndarray) -> None:
+    """Before anything is published: every file is as :func:`input_stamps` found it, else one line
+    naming the first that changed (nothing published; --resume would refuse the changed inputs,
+    so the advice is a fresh run)."""
+    from ..errors import MetadataError
+
+    for index, (path, where) in enumerate(_read_files(config, spool_path)):
+        size, _ = now = _stamp(path)
+        if index >= len(before) or tuple(before[index]) == now:
+            continue
+        was = int(before[index][0])
+        what = "was removed" if size < 0 else f"changed ({was} -> {size} bytes)" if size != was else "was modified"
+        raise MetadataError(
+            f"{where}: {path} {what} while the run read it; nothing was published: run again with --overwrite once "
+            f"it no longer changes (--resume cannot continue a run whose inputs changed)"
+        )

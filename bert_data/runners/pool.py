@@ -77,6 +77,10 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="bert_data-parent-watchdog", daemon=True).start()
 
 
+_STOP_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGXCPU") if hasattr(signal, name)}
+WORKER_OUT_OF_MEMORY = 75  # a worker's exit code when it could not start for memory
+
+
 def _init_worker(config: Config, parent_pid: int, bytes_read=None, make: Callable[..., object] = make_group) -> None:
     global _WORKER_RESOURCES, _WORKER_MAKE
     import signal
@@ -85,7 +89,12 @@ def _init_worker(config: Config, parent_pid: int, bytes_read=None, make: Callabl
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     if hasattr(signal, "SIGHUP"):  # so is a closed terminal: it stops the workers in order
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _WORKER_RESOURCES = build_resources(config)
+    if hasattr(signal, "pthread_sigmask"):  # spawned while _submit held the stop signals back: a worker
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # inherits that mask, and terminate() never landed
+    try:
+        _WORKER_RESOURCES = build_resources(config)
+    except MemoryError:  # (ulimit -v): the coordinator names it from the exit code, in its one line
+        os._exit(WORKER_OUT_OF_MEMORY)
     _WORKER_RESOURCES.bytes_read = bytes_read
     _WORKER_MAKE = make
 
@@ -147,7 +156,6 @@ def _next_result(pending: deque) -> GroupResult:
     return result
 
 
-_STOP_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGXCPU") if hasattr(signal, name)}
 
 
 def _submit(pool, group_index: int, items, work_dir: str):
@@ -204,9 +212,22 @@ def _how_workers_died(processes: List) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f" (killed by {name}{': out of memory?' if name == 'SIGKILL' else ''})"
+        return f" (killed by {name}{_why_sigkill() if name == 'SIGKILL' else ''})"
     failed = [c for c in codes if c is not None and c > 0]
+    if WORKER_OUT_OF_MEMORY in failed:
+        return " (out of memory while it started)"
     return f" (exit code {failed[0]})" if failed else " (killed, or crashed; out of memory?)"
+
+
+def _why_sigkill() -> str:
+    """The OOM killer's signal, or the kernel's at a hard CPU-time limit (bash's ``ulimit -t``
+    sets both limits, so SIGXCPU never comes first)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    if soft != resource.RLIM_INFINITY:
+        return f": its CPU-time limit (ulimit -t {soft}) ran out, or memory did?"
+    return ": out of memory?"
 
 
 def _stop_pool(pool, pending: deque) -> None:
@@ -238,6 +259,10 @@ def _stop_pool(pool, pending: deque) -> None:
         process.terminate()
     for process in processes:  # gone before the coordinator's semaphores are (no worker traceback)
         process.join(timeout=5)
+    for process in processes:  # one that SIGTERM did not end (stuck in a native call): the exit must not wait on it
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
     pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -19,6 +19,7 @@ import sys
 from typing import Callable
 
 from ..errors import Terminated, raise_on_sigterm
+from . import restore_default_interrupt
 
 OUT_OF_MEMORY_EXIT = 3
 
@@ -47,9 +48,24 @@ def guarded(prog: str, body: Callable[[], int], then: str = "run the same comman
     guard_standard_fds()
     try:
         raise_on_sigterm()  # SIGTERM, SIGHUP, SIGXCPU; a file-size limit (SIGXFSZ) becomes an OSError
+        restore_default_interrupt()  # (the start-up handler of bert_data.tools: Ctrl-C raises from now on)
+        if not _working_directory_exists():
+            print(f"{prog}: error: the working directory was removed (a shell still in it?): cd to a directory "
+                  f"that exists and {then}", file=sys.stderr)
+            return 2
         return body()
     except (KeyboardInterrupt, MemoryError) as exc:
         return stopped(prog, exc, then)
+
+
+def _working_directory_exists() -> bool:
+    """Relative paths and libraries that ask for it (spaCy's imports call ``Path.cwd()``) fail
+    in a working directory removed from under the shell: said at once, not as a failed write."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def stopped(prog: str, exc: BaseException, then: str) -> int:

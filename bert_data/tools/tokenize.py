@@ -122,3 +122,7 @@ def _bert_input_list(args: argparse.Namespace) -> Iterator[None]:
 
 def entry_point() -> None:
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()
