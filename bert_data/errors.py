@@ -91,8 +91,8 @@ def raise_on_sigterm() -> None:
     def _terminated(signum: int, frame: object) -> None:
         raise Terminated(signum)
 
-    for name in STOP_SIGNALS:
-        if hasattr(signal, name):
+    for name in STOP_SIGNALS:  # (one the process was started ignoring, as nohup does SIGHUP, stays ignored)
+        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
             signal.signal(getattr(signal, name), _terminated)
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError (EFBIG), not a kill

@@ -372,3 +372,28 @@ def test_a_stop_while_a_tool_imports_is_one_line_not_a_traceback(tmp_path) -> No
     probe = "import signal, bert_data.tools; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)}).stdout == "True\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path, sig) -> None:
+    """helper-19: `nohup create_tfrecords ... &` (SIGHUP ignored) and a script's background job
+    (SIGINT ignored) were stopped by the very signal they were started immune to: the tools
+    installed their own handlers over the inherited SIG_IGN."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=60)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    args = base_args(metadata, vocab, out, split_num=2, dupe_factor=20, num_workers=2)
+
+    def immune() -> None:
+        signal.signal(sig, signal.SIG_IGN)
+
+    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=immune)
+    journal = out / ".bert_data_work" / "progress.json"
+    deadline = time.monotonic() + 120
+    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert (out / "data_params.json").exists()

@@ -211,6 +211,23 @@ def test_a_directory_named_like_an_output_file_is_refused_before_any_work(corpus
     assert cli.main(_args(corpus, out, output_format=fmt, overwrite=True)) == 0  # the advice works
 
 
+def test_directories_in_the_way_of_a_split_job_or_of_no_file_of_the_run(corpus, tmp_path, capsys):
+    """helper-19: validation/'s was found only after train was made and published; and a
+    directory named like a shard this run does not write (examples-9 of 3) is no obstacle."""
+    out = tmp_path / "out"
+    (out / "validation" / "examples-1.tfrecords").mkdir(parents=True)
+    capsys.readouterr()
+    assert cli.main(_args(corpus, out, validation_fraction=0.3, overwrite=True)) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"create_tfrecords: error: {out / 'validation' / 'examples-1.tfrecords'} is a directory where the run writes a "
+        f"file of its output; remove or rename it, then run again"]
+    assert not (out / "train").exists()  # nothing was made
+    other = tmp_path / "other"
+    (other / "examples-9.tfrecords").mkdir(parents=True)
+    assert cli.main(_args(corpus, other, overwrite=True)) == 0  # base_args writes 3 shards
+    assert (other / "examples-9.tfrecords").is_dir()
+
+
 def test_a_failed_write_advises_what_fits_its_cause():
     import errno
 

@@ -94,6 +94,14 @@ def test_a_misspelled_flag_is_named_first_in_one_line_by_every_tool(capsys, comm
     assert err.count("\n") == 1 and tool in err.splitlines()[0]
 
 
+def test_a_value_that_starts_with_dashes_and_holds_a_space_is_still_a_value():
+    from bert_data.tools.create import build_parser
+
+    args = build_parser().parse_args(["--multiple_docs_in_single_file", "--multiple_docs_separator", "-- next --",
+                                      "--name", "--x y"])
+    assert (args.multiple_docs_separator, args.name) == ("-- next --", "--x y")
+
+
 def test_every_command_module_has_main():
     for module, _, _ in COMMANDS.values():
         tool = __import__(f"bert_data.tools.{module}", fromlist=["main"])

@@ -265,16 +265,31 @@ def test_an_input_edited_mid_run_is_refused_before_anything_is_published(tmp_pat
     def edit(result) -> None:  # the coordinator, as the first group comes in
         if not edited:
             edited.append(result.group_index)
-            _grow(target) if what == "document" else os.utime(target, ns=(0, target.stat().st_mtime_ns + 10**9))
+            if what == "token cache":
+                os.utime(target, ns=(0, target.stat().st_mtime_ns + 10**9))
+            else:
+                _grow(target) if what == "document" else target.write_text(target.read_text() + "extra\n")
 
     with pytest.raises(MetadataError) as caught:
         run(config, on_group=edit)
-    where = {"document": f"{metadata}:13", "vocabulary": "--vocab_file",
-             "token cache": f"the token cache {target.parent}"}[what]
-    changed = "changed (" if what == "document" else "was modified while"
-    assert str(caught.value).startswith(f"{where}: {target} {changed}"), caught.value
+    start = {"document": f"{metadata}:13: {target} changed (", "vocabulary": f"--vocab_file {target} changed while",
+             "token cache": f"the token cache {target.parent}: {target} was modified while"}[what]
+    assert str(caught.value).startswith(start), caught.value
     assert str(caught.value).endswith("nothing was published: run again with --overwrite once it no longer changes "
                                       "(--resume cannot continue a run whose inputs changed)")
     assert not (out / "data_params.json").exists() and not list(out.glob("*.tfrecords"))
     again = _cli(args + ["--overwrite"])  # the advice works
     assert again.returncode == 0, again.stderr
+
+
+def test_a_vocabulary_touched_mid_run_is_no_change(tmp_path) -> None:
+    """helper-19: the vocabulary is compared by its content (each worker loads it when it starts):
+    a touch or a same-content copy mid-run does not discard the run."""
+    from bert_data.runners.job import run
+    from bert_data.tools.create import build_parser, config_from_args
+
+    metadata = write_corpus(tmp_path / "corpus", n_docs=8)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    config = config_from_args(build_parser().parse_args(base_args(metadata, vocab, tmp_path / "out", split_num=3)))
+    run(config, on_group=lambda result: vocab.write_bytes(vocab.read_bytes()))
+    assert (tmp_path / "out" / "data_params.json").exists()

@@ -229,7 +229,6 @@ def prepare_output_dir(
             raise OutputError(
                 f"--output_dir {output_dir} is not empty; pass --overwrite to replace a previous run's output"
             )
-        refuse_directories_in_the_way(output_dir, doomed)
         halves = {half: run_files(half, name, suffix) for half in split_halves(output_dir)}  # replaced too
         for half, files in halves.items():  # (an input among them is refused, as one inside the work directory)
             refuse_replacing_inputs(output_dir, [os.path.join(half, e) for e in files], os.path.join(half, WORK_DIR_NAME),
@@ -307,14 +306,20 @@ def way_on(exc: OSError) -> str:
     return f"{_WAY_ON.get(exc.errno, 'fix it')} and continue with --resume"
 
 
-def refuse_directories_in_the_way(directory: str, names: Sequence[str]) -> None:
-    """A directory named like one of the files a run publishes would make it fail at publish, after
-    all its work: one line before anything is done (``--overwrite`` removes files, never them)."""
-    found = next((n for n in names if os.path.isdir(os.path.join(directory, n))
-                  and not os.path.islink(os.path.join(directory, n))), None)
-    if found is not None:
-        raise OutputError(f"{os.path.join(directory, found)} is a directory where the run writes a file of its output; "
-                          f"remove or rename it, then run again")
+def refuse_directories_in_the_way(config, container) -> None:
+    """A directory where the run of ``config`` publishes one of its files (a shard, an MDS piece
+    of one, the format's sidecar, the manifest) would make it fail at publish, after all its work:
+    one line before anything is done (``--overwrite`` removes files, never directories)."""
+    directory = local_path_of(config.output_dir)
+    if is_remote(directory) or not os.path.isdir(directory):
+        return
+    mine = set(shard_file_names(config.name, config.num_output_files, container.suffix))
+    published = {MANIFEST_NAME, getattr(container, "sidecar", None)}
+    for entry in sorted(os.listdir(directory)):
+        path = os.path.join(directory, entry)
+        if (entry in published or container.shard_of(entry) in mine) and os.path.isdir(path) and not os.path.islink(path):
+            raise OutputError(f"{path} is a directory where the run writes a file of its output; remove or rename it, "
+                              f"then run again")
 
 
 def _remove_run_files(directory: str, names: Sequence[str]) -> None:
@@ -432,7 +437,7 @@ class LocalDirOutput:
                     require_listed_files(self.output_dir)
                 shutil.rmtree(self.work_dir, ignore_errors=True)
                 return None
-            refuse_directories_in_the_way(self.output_dir, run_files(self.output_dir, config.name, self.container.suffix))
+            refuse_directories_in_the_way(config, self.container)
             self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state)
             self.next_group = state["next_group"]
             if self.next_group > planned_groups:  # same inputs and settings plan the same groups: damaged
@@ -445,6 +450,7 @@ class LocalDirOutput:
             log.info("resuming %s at group %d", self.output_dir, self.next_group)
             stats = Counter(state["stats"])
         else:
+            refuse_directories_in_the_way(config, self.container)
             prepare_output_dir(self.output_dir, config.name, config.overwrite, self.container.suffix, run_inputs(config))
             try:
                 write_json_atomically(os.path.join(self.work_dir, RUN_FILE), dict(settings))

@@ -32,7 +32,7 @@ from ..errors import NOTHING_WRITTEN, BertDataError, NothingUsableError, OutputE
 from ..format.containers import container_of
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..metadata import MetadataSummary
-from ..output.local_dir import clear_unsplit_run, run_inputs
+from ..output.local_dir import clear_unsplit_run, refuse_directories_in_the_way, run_inputs
 from ..output.outputs import Output, open_output
 from ..output.lock import output_lock
 from ..output.named_files import NamedFiles, already_published
@@ -87,6 +87,8 @@ def run_job(
     parts = split_configs(config)
     if len(parts) > 1:
         require_both_halves(parts)
+        for part in parts.values():  # (validation's found after train is made would cost the whole train run)
+            refuse_directories_in_the_way(part, container_of(part))
     lock = output_lock(config.output_dir) if len(parts) > 1 and not is_remote(config.output_dir) else contextlib.nullcontext()
     with lock, _cluster_session(config):
         if len(parts) > 1 and not config.resume:  # a plain run's output there, never a listed document
@@ -266,7 +268,7 @@ def _run_planned(
                 output.accept(result, stats)
                 if on_group is not None:
                     on_group(result)
-        require_unchanged_inputs(config, spool_path, stamps)  # an edit mid-run: records of neither version
+        require_unchanged_inputs(config, spool_path, stamps, inputs["vocab_sha256"])  # (an edit: records of neither version)
         vocab = VocabIdentity(os.path.abspath(config.vocab_file), inputs["vocab_sha256"], vocab_size)  # hashed once
         manifest = finish(output, config=config, stats=stats, summary=summary, vocab=vocab, inputs=inputs)
     except BertDataError as exc:

@@ -190,7 +190,8 @@ def planned_groups(config: Config, spool_path: str) -> Iterator[Tuple[int, List[
 
 def _read_files(config: Config, spool_path: str) -> Iterator[Tuple[str, str]]:
     """``(path, where)`` of every local file the run's groups read: the planned documents (a ranged
-    file once), or with ``--from_tokens`` the cache's manifest and group files; and the vocabulary."""
+    file once), or with ``--from_tokens`` the cache's manifest and group files. (The vocabulary is
+    compared by its content: :func:`require_unchanged_inputs`.)"""
     if config.from_tokens:
         from ..token_cache import CACHE_MANIFEST
 
@@ -199,8 +200,6 @@ def _read_files(config: Config, spool_path: str) -> Iterator[Tuple[str, str]]:
     else:
         for _, items in planned_groups(config, spool_path):
             yield from ((i.source.path, i.source.where()) for i in items if i.first and not is_remote(i.source.path))
-    if not is_remote(config.vocab_file):
-        yield config.vocab_file, "--vocab_file"
 
 
 def _stamp(path: str) -> Tuple[int, int]:
@@ -215,15 +214,28 @@ def input_stamps(config: Config, spool_path: str) -> np.ndarray:
     """Size and modification time of every file :func:`_read_files` names, taken when the run
     starts (16 bytes a file). Workers read them over the whole run, the NSP pool from some when
     each starts: an edit in between makes records of neither version."""
-    return np.array([_stamp(path) for path, _ in _read_files(config, spool_path)], dtype=np.int64).reshape(-1, 2)
+    flat = np.fromiter((value for path, _ in _read_files(config, spool_path) for value in _stamp(path)), dtype=np.int64)
+    return flat.reshape(-1, 2)
 
 
-def require_unchanged_inputs(config: Config, spool_path: str, before: np.ndarray) -> None:
-    """Before anything is published: every file is as :func:`input_stamps` found it, else one line
-    naming the first that changed (nothing published; --resume would refuse the changed inputs,
-    so the advice is a fresh run)."""
+def require_unchanged_inputs(config: Config, spool_path: str, before: np.ndarray, vocab_sha256: str) -> None:
+    """Before anything is published: every file is as :func:`input_stamps` found it, and the
+    vocabulary's content the one hashed at the start (each worker loads it when it starts), else
+    one line naming the first that changed (nothing published; --resume would refuse the changed
+    inputs, so the advice is a fresh run). A document's size and time, as ``--resume`` checks
+    them: a ``touch`` counts as a change."""
     from ..errors import MetadataError
+    from ..format.manifest import file_sha256
 
+    try:
+        same = file_sha256(config.vocab_file) == vocab_sha256
+    except OSError:  # removed since
+        same = False
+    if not same:
+        raise MetadataError(
+            f"--vocab_file {config.vocab_file} changed while the run read it; nothing was published: run again with "
+            f"--overwrite once it no longer changes (--resume cannot continue a run whose inputs changed)"
+        )
     for index, (path, where) in enumerate(_read_files(config, spool_path)):
         size, _ = now = _stamp(path)
         if index >= len(before) or tuple(before[index]) == now:

@@ -257,8 +257,9 @@ def _stop_pool(pool, pending: deque) -> None:
     processes = list((getattr(pool, "_processes", None) or {}).values())
     for process in processes:
         process.terminate()
+    deadline = time.monotonic() + 5  # one wait for all of them, not 5 s each
     for process in processes:  # gone before the coordinator's semaphores are (no worker traceback)
-        process.join(timeout=5)
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
     for process in processes:  # one that SIGTERM did not end (stuck in a native call): the exit must not wait on it
         if process.is_alive():
             process.kill()

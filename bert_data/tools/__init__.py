@@ -53,5 +53,7 @@ def restore_default_interrupt() -> None:
 _PROGRAM = _program_name()
 if _PROGRAM is not None:
     for _stop in ("SIGINT", "SIGTERM", "SIGHUP"):
-        if hasattr(_signal, _stop):
+        # a signal the tool was started ignoring stays ignored: a script's background job (SIGINT),
+        # nohup (SIGHUP) are not stopped by what they were started to be immune to
+        if hasattr(_signal, _stop) and _signal.getsignal(getattr(_signal, _stop)) is not _signal.SIG_IGN:
             _signal.signal(getattr(_signal, _stop), _stopped_while_starting)

@@ -93,6 +93,8 @@ class OneLineParser(argparse.ArgumentParser):
             if word == "--":
                 break
             flag = word.split("=", 1)[0]
+            if " " in flag:  # argparse takes a word with a space for a value ("-- next document --")
+                continue
             if flag.startswith("--") and flag not in self._option_string_actions:
                 self.error(f"unrecognized arguments: {word}")
         return super().parse_known_args(args, namespace)

@@ -82,6 +82,8 @@ def _flag_it_lacks(match: "re.Match") -> str:
     name = match.group(1)
     if name in FLAGS:
         return match.group(0)
+    if name == "input_format":  # (this command line reads BERT's layout, always)
+        return f"; {PROG} reads BERT's corpus layout: tokenize again with --input_file (its globs), as {PROG} names them"
     return f"; {PROG} runs with the default --{name} (it has no such flag): tokenize again without --{name}"
 
 
