@@ -40,6 +40,17 @@ def corpus(tmp_path_factory) -> Dict[str, Path]:
     return {"metadata": metadata, "vocab": vocab, "reference": reference}
 
 
+def _started(args: List[str], out: Path, **popen) -> subprocess.Popen:
+    """create_tfrecords started in the background, once its journal exists (or it ended)."""
+    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, **popen)
+    journal = out / ".bert_data_work" / "progress.json"
+    deadline = time.monotonic() + 120
+    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process
+
+
 def _cli(args: List[str], file_size: Optional[int] = None, **popen) -> subprocess.CompletedProcess:
     def limit() -> None:
         if file_size is not None:
@@ -185,12 +196,7 @@ def test_sighup_and_sigxcpu_stop_in_one_line_and_resume(corpus, tmp_path, sig, c
     reference = tmp_path / "reference"
     args = base_args(corpus["metadata"], corpus["vocab"], out, **slow)
     assert _cli(base_args(corpus["metadata"], corpus["vocab"], reference, **slow)).returncode == 0
-    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    journal = out / ".bert_data_work" / "progress.json"
-    deadline = time.monotonic() + 120
-    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    process = _started(args, out, start_new_session=True)
     assert process.poll() is None, "run finished before it could be stopped"
     if sig == signal.SIGHUP:  # a closed terminal hangs up its whole process group: workers, resource tracker
         os.killpg(process.pid, sig)
@@ -387,12 +393,7 @@ def test_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path, sig) -> N
     def immune() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
-    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=immune)
-    journal = out / ".bert_data_work" / "progress.json"
-    deadline = time.monotonic() + 120
-    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    process = _started(args, out, preexec_fn=immune)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
