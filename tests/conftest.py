@@ -13,6 +13,22 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("BERT_DATA_SHARED", REPO.parent / "shared"))
 
 
+def _children_start_with_default_stop_signals() -> None:
+    """The tools leave a stop signal they were started ignoring ignored (nohup's SIGHUP, a script's
+    background SIGINT). A test session started so (``nohup .ci/run``) would pass that on to every
+    tool it starts and the signal tests would test nohup: here the session takes those signals
+    with a handler that does nothing (as immune as it was started), and exec gives each child
+    the default, as a terminal's would have."""
+    import signal
+
+    for name in ("SIGHUP", "SIGINT"):
+        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) is signal.SIG_IGN:
+            signal.signal(getattr(signal, name), lambda signum, frame: None)
+
+
+_children_start_with_default_stop_signals()
+
+
 def shared_file(*parts: str) -> Path:
     """Path of a file under ../shared; skip the test if missing, fail instead when CI is set."""
     path = SHARED.joinpath(*parts)
