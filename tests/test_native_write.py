@@ -114,6 +114,32 @@ def test_token_id_rows_of_every_length_are_the_same_bytes(k, n_more, data):
         assert parsed["input_mask"].tolist() == mask[row].tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 70), st.integers(0, 3), st.data())
+def test_simd_varint_blocks_are_the_one_by_one_bytes(k, n_more, data):
+    """The SSSE3 blocks (eight token ids at once) write the bytes of put_small, one value at a
+    time: every length mix of 1, 2 and 3 bytes, and blocks with a value they leave to it
+    (negative, 2**21 and more), in rows of every length (the 8-wide blocks and the tail)."""
+    native_wire = native.wire()
+    if native_wire is not None:
+        native_wire.use_simd_varints(True)  # (it returns the setting before: the second call says if it took)
+    if native_wire is None or not native_wire.use_simd_varints(True):
+        pytest.skip("no SSSE3 varint blocks in this build or on this CPU")
+    n = 1 + n_more
+    edges = st.sampled_from([0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, -1, 2**31 - 1, -2**31])
+    ids = data.draw(hnp.arrays(np.int32, (n, k), elements=st.integers(0, 2**21 - 1) | edges))
+    order = (("input_ids", "int64"),)
+    try:
+        native_wire.use_simd_varints(True)
+        simd = serialize_examples({"input_ids": ids}, order)
+        native_wire.use_simd_varints(False)
+        one_by_one = serialize_examples({"input_ids": ids}, order)
+    finally:
+        native_wire.use_simd_varints(True)
+    assert simd == one_by_one
+    assert [parse_example(record)["input_ids"].tolist() for record in simd] == ids.tolist()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(batches(), st.data())
 def test_framed_records_are_the_framed_records_of_serialize_examples(batch, data):
@@ -369,6 +395,19 @@ def test_frame_records_c_and_python_give_the_same_bytes(payloads, container):
     import io
 
     assert list(iter_records(io.BytesIO(with_c))) == list(payloads)
+
+
+def test_crc32c_of_every_length_and_alignment_is_the_reference_crc(wire):
+    """The C CRC32C (three interleaved streams of 256 bytes, joined by shift tables, then single
+    words and bytes) is the reference CRC at every length around its 768-byte runs and at every
+    start alignment; google_crc32c (or its pure-Python fallback) is the reference."""
+    rng = np.random.default_rng(5)
+    buffer = rng.bytes(6000)
+    sizes = list(range(0, 70)) + [768 * k + d for k in range(1, 7) for d in range(-9, 10)] + [5000]
+    for size in sizes:
+        for start in range(0, 9, 3):
+            data = memoryview(buffer)[start : start + size]
+            assert wire.crc32c(data) == tfrecord.crc32c(bytes(data)), (size, start)
 
 
 def test_frame_records_matches_tensorflows_writer(tmp_path, wire):

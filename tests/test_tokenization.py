@@ -392,6 +392,26 @@ def test_load_vocab_empty_and_bad_encoding(tmp_path):
         load_vocab(str(bom))
 
 
+if given is not None:
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.sampled_from(["the", "##s", "caf\u00e9", " x ", "", "\r", "a\rb", "\ufeff", "\x1c", "the",
+                                     "\u2028", "[UNK]"]), max_size=12), st.booleans(), st.binary(max_size=3))
+    def test_load_vocab_fast_reading_is_the_line_reading(lines, final_newline, junk):
+        """The bulk reading returns the line-by-line reading's vocabulary, or defers to it
+        (None) for anything that reading refuses or must look at: one source of every message."""
+        data = "\n".join(lines).encode() + (b"\n" if final_newline else b"") + junk
+        fast = tk._parse_vocab_fast(data)
+        try:
+            slow = tk._parse_vocab_lines("v.txt", data)
+        except VocabError:
+            assert fast is None
+            return
+        assert fast is None or list(fast.items()) == list(slow.items())
+        if b"\r" not in data and not data.startswith(b"\xef\xbb\xbf"):
+            assert fast is not None  # the fast reading takes every plain file the loop accepts
+
+
 def test_full_tokenizer_raises_vocab_error(tmp_path):
     with pytest.raises(VocabError):
         FullTokenizer(str(tmp_path / "missing.txt"))

@@ -9,10 +9,14 @@ Layout while running (names: :mod:`bert_data.output.naming`)::
 
 The coordinator appends each finished group's fragment to the partial shards strictly in group
 order with kernel-side copies (``os.copy_file_range``), so no record passes through Python twice
-and a shard's bytes depend only on the input, flags and seed. After each group the shards are
-fsynced and the journal written; a resumed run truncates the partial shards back to the journal,
-so a group appended but not journaled is simply made again. Shards are renamed into place only
-when every group is in (:meth:`LocalDirOutput.publish`), the manifest last
+and a shard's bytes depend only on the input, flags and seed; a group it makes itself
+(``--num_workers 1``) writes the same runs onto the partial shards directly
+(:class:`~bert_data.output.fragment.InPlaceWriter`, :meth:`LocalDirOutput.shard_files`). After
+each group the shards are fsynced and the journal written, on a thread of the assembler's while
+the next group is made (the wait for the disk is off the run's path; journals still land in group
+order, each after the bytes it claims); a resumed run truncates the partial shards back to the
+journal, so a group appended but not journaled is simply made again. Shards are renamed into
+place only when every group is in (:meth:`LocalDirOutput.publish`), the manifest last
 (:meth:`LocalDirOutput.commit`).
 """
 
@@ -24,6 +28,7 @@ import os
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import BertDataError, OutputError, ResumeError, plural
@@ -32,7 +37,7 @@ from ..format.containers import CONTAINERS, is_rewriting, require_concatenation
 from ..format.manifest import ManifestError, listed_shard_names, load_manifest
 from ..identity import written_over_input
 from ..storage import is_remote, join as join_path, local_path_of, write_bytes, write_json_atomically
-from .fragment import Segment, copy_range
+from .fragment import IN_PLACE, Segment, copy_range
 from .journal import check_progress, damaged, read_journal, read_json_object, require_listed_files, resume_point
 from .lock import output_lock
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
@@ -58,6 +63,8 @@ class ShardAssembler:
         self.work_dir = work_dir
         self.final_names = list(final_names)
         self.partial_paths = [os.path.join(work_dir, n + PARTIAL_SUFFIX) for n in self.final_names]
+        self._syncer: Optional[ThreadPoolExecutor] = None  # checkpoint()'s thread, made at its first use
+        self._pending: Optional[Future] = None  # the checkpoint it is making durable
         if resume_from is None:
             self.records_per_shard = [0] * len(self.final_names)
             self.bytes_per_shard = [0] * len(self.final_names)
@@ -82,20 +89,48 @@ class ShardAssembler:
         """Journal that every group before ``next_group`` is in the partial shards.
 
         The shards are flushed to disk first, so the journal never claims bytes that a power
-        loss (not just a killed process) could take back."""
-        for fd in self._fds:
-            os.fsync(fd)
-        write_json_atomically(
-            os.path.join(self.work_dir, PROGRESS_FILE),
-            {
-                "next_group": next_group,
-                "shard_bytes": self.bytes_per_shard,
-                "shard_records": self.records_per_shard,
-                "stats": dict(stats),
-            },
-        )
+        loss (not just a killed process) could take back. Both happen on the assembler's thread
+        while the caller goes on to the next group (the shards' sizes and the counters are
+        taken now): the previous checkpoint is awaited first, so journals are written in order,
+        one at a time, and a failed flush or write is raised here, or by :meth:`finish_partials`."""
+        self.wait()
+        journal = {
+            "next_group": next_group,
+            "shard_bytes": list(self.bytes_per_shard),
+            "shard_records": list(self.records_per_shard),
+            "stats": dict(stats),
+        }
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bert_data-journal")
+        self._pending = self._syncer.submit(self._make_durable, list(self._fds), journal)
+
+    @property
+    def shard_fds(self) -> List[int]:
+        """The partial shards' open files, in shard order."""
+        return self._fds
+
+    def _make_durable(self, fds: Sequence[int], journal: Mapping) -> None:
+        for fd in fds:
+            os.fsync(fd)  # (appends of later groups may go on meanwhile: the journal claims none of them)
+        write_json_atomically(os.path.join(self.work_dir, PROGRESS_FILE), journal)
+        crash_point("checkpointed", journal["next_group"] - 1)  # test hook: killed with this journal written
+
+    def wait(self) -> None:
+        """Until the last :meth:`checkpoint` is on disk; its error, if it failed, is raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def append(self, fragment_path: str, segments: Sequence[Segment]) -> None:
+        """A group's runs appended to the partial shards (and counted); runs an
+        :class:`~bert_data.output.fragment.InPlaceWriter` wrote there already are counted only."""
+        if not fragment_path:
+            for segment in segments:
+                if segment.offset != IN_PLACE:
+                    raise ValueError("ShardAssembler.append: a segment without a fragment must be in place")
+                self.records_per_shard[segment.shard] += segment.records
+                self.bytes_per_shard[segment.shard] += segment.length
+            return
         src = os.open(fragment_path, os.O_RDONLY)
         try:
             for segment in segments:
@@ -108,6 +143,7 @@ class ShardAssembler:
 
     def finish_partials(self) -> List[str]:
         """fsync and close every partial shard; their paths, in shard order."""
+        self.wait()
         for fd in self._fds:
             os.fsync(fd)
             os.close(fd)
@@ -122,9 +158,19 @@ class ShardAssembler:
         return dict(zip(self.final_names, self.records_per_shard))
 
     def close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
+        """The files closed, once a checkpoint still on its way is done with them (a run that
+        stops for another reason: that reason is what is said, not the checkpoint's error)."""
+        try:
+            self.wait()
+        except OSError:
+            pass
+        finally:
+            if self._syncer is not None:
+                self._syncer.shutdown(wait=True)
+                self._syncer = None
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = []
 
 
 def run_inputs(config) -> List[Tuple[str, str]]:
@@ -474,12 +520,17 @@ class LocalDirOutput:
     def todo(self, planned: Iterable[Tuple[int, list]]) -> Iterator[Tuple[int, list]]:
         return (group for group in planned if group[0] >= self.next_group)
 
+    def shard_files(self) -> Sequence[int]:
+        """The partial shards' open files, in shard order, for groups made in this process in
+        group order (:class:`~bert_data.output.fragment.InPlaceWriter`); valid until
+        :meth:`publish` or :meth:`close`."""
+        return tuple(self._assembler.shard_fds) if self._assembler is not None else ()
+
     def accept(self, result, stats: Counter) -> None:
         """Append a finished group (results come in group order) and journal it with the counters."""
         self._assembler.append(result.fragment_path, result.segments)
         crash_point("appended", result.group_index)
-        self._assembler.checkpoint(result.group_index + 1, stats)
-        crash_point("checkpointed", result.group_index)
+        self._assembler.checkpoint(result.group_index + 1, stats)  # (its crash point fires once the journal is written)
 
     def publish(self) -> Dict[str, int]:
         try:

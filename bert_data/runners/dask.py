@@ -30,7 +30,7 @@ import uuid
 from concurrent.futures import CancelledError
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..errors import BertDataError, ConfigError
@@ -336,7 +336,8 @@ def _preloading_fork_server() -> None:
 
 
 def run_groups_dask(
-    config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None
+    config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None,
+    shard_files: Sequence[int] = (),  # (run_groups' signature: groups are made elsewhere, into fragments)
 ) -> Iterator[GroupResult]:
     """Results in group order, as :func:`bert_data.runners.pool.run_groups` gives them; at most
     two groups per Dask worker thread are in flight, so the plan is read ahead boundedly.

@@ -55,7 +55,7 @@ ProgressCallback = Callable[[GroupResult], None]
 
 # WHO makes the groups: runner name -> (groups -> results in group order, the session it needs
 # around the job, a wait until that session can take groups: its failure is one line before
-# anything is written). Each runner has run_groups' signature: (config, groups, work_dir, bytes_read).
+# anything is written). Each runner has run_groups' signature: (config, groups, work_dir, bytes_read, shard_files=).
 GROUP_RUNNERS = {
     "local": (run_groups, lambda config: contextlib.nullcontext(), lambda: None),
     "dask": (run_groups_dask, dask_session, dask_ready),
@@ -261,7 +261,8 @@ def _run_planned(
         todo = output.todo(planned_groups(config, spool_path))
         # closing(): on any exception here (Ctrl-C while appending, say) the workers are stopped
         # now, not whenever the generator happens to be collected (at exit, after the semaphores)
-        with contextlib.closing(runner(config, todo, output.fragment_dir, bytes_read)) as results:
+        shard_files = output.shard_files() if hasattr(output, "shard_files") else ()  # (a local output's)
+        with contextlib.closing(runner(config, todo, output.fragment_dir, bytes_read, shard_files=shard_files)) as results:
             for result in results:
                 stats.update(result.stats)
                 keep_worst(stats, "replaced_in.", 10)

@@ -108,18 +108,21 @@ def _process_in_worker(group_index: int, items: Sequence[WorkItem], work_dir: st
 
 def run_groups(
     config: Config, groups: Iterable[Tuple[int, List[WorkItem]]], work_dir: str, bytes_read=None,
-    make: Callable[..., object] = make_group,
+    make: Callable[..., object] = make_group, shard_files: Sequence[int] = (),
 ) -> Iterator[GroupResult]:
     """Results in group order. At most ``2 * num_workers`` groups are in flight, so memory
     (and the plan read ahead) stays bounded whatever the corpus size. ``bytes_read`` (a shared
     ``multiprocessing.Value``) is advanced by the workers as they read, for the progress bar.
     ``make(group_index, items, resources, work_dir)`` makes a group (a module-level function:
-    it is pickled to the workers): :func:`make_group`, or `bert-data tokenize`'s writer."""
+    it is pickled to the workers): :func:`make_group`, or `bert-data tokenize`'s writer.
+    ``shard_files``: a local output's partial shards (``output.shard_files()``), which groups made
+    in this process (``--num_workers 1``, in group order) write in place of a fragment (make_group only)."""
     if config.num_workers == 1:
         resources = build_resources(config)
         resources.bytes_read = bytes_read
+        in_place = {"shard_files": shard_files} if shard_files else {}
         for group_index, items in groups:
-            yield make(group_index, items, resources, work_dir)
+            yield make(group_index, items, resources, work_dir, **in_place)
         return
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool

@@ -28,7 +28,7 @@ from ..format.containers import container_of
 from ..group import Resources, StageClock, group_batches
 from ..memory import keep_freed_memory
 from ..metadata import DocumentSource, WorkItem
-from ..output.fragment import COPY_CHUNK, FragmentWriter, Segment, publish_fragment
+from ..output.fragment import COPY_CHUNK, FragmentWriter, InPlaceWriter, Segment, publish_fragment
 from ..output.naming import fragment_name
 from ..output.scratch import scratch_dir
 
@@ -46,17 +46,22 @@ class GroupResult:
     seconds: Counter = field(default_factory=Counter)  # wall time per stage (benchmarks only)
 
 
-def write_group(group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str) -> GroupResult:
-    """The group's batches into ``work_dir/fragments/gNNNNNNNNN.frag`` (a local directory)."""
+def write_group(group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str,
+                shard_files: Sequence[int] = ()) -> GroupResult:
+    """The group's batches into ``work_dir/fragments/gNNNNNNNNN.frag`` (a local directory), or,
+    given the output's partial shards (``shard_files``: a group the coordinator makes itself, in
+    group order), straight onto their ends (:class:`InPlaceWriter`; the result's path is empty)."""
     config = resources.config
     keep_freed_memory()  # a batch's arrays are reused, not page-faulted in again (bert_data.memory)
     stats: Counter = Counter()
     seconds: Counter = Counter()
     clock = StageClock(seconds)
-    writer = FragmentWriter(
-        path=fragment_name(work_dir, group_index), encoder=resources.encoder,
-        container=container_of(config), num_shards=config.num_output_files, seconds=seconds,
-    )
+    common = dict(encoder=resources.encoder, container=container_of(config), num_shards=config.num_output_files,
+                  seconds=seconds)
+    if shard_files:
+        writer: FragmentWriter = InPlaceWriter(shard_fds=shard_files, **common)
+    else:
+        writer = FragmentWriter(path=fragment_name(work_dir, group_index), **common)
     try:
         for features, shard_of_row in group_batches(group_index, items, resources, stats, clock):
             writer.write_batch(features, shard_of_row)
@@ -68,13 +73,17 @@ def write_group(group_index: int, items: Sequence[WorkItem], resources: Resource
     return GroupResult(group_index, writer.path, writer.segments, stats, seconds)
 
 
-def make_group(group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str) -> GroupResult:
+def make_group(group_index: int, items: Sequence[WorkItem], resources: Resources, work_dir: str,
+               shard_files: Sequence[int] = ()) -> GroupResult:
     """:func:`write_group` wherever its documents and work directory are: remote documents are
     staged first; with a URL ``work_dir`` the fragment is made locally and published shard-major
-    to ``work_dir/fragments/`` (the result's segments then point into that copy)."""
+    to ``work_dir/fragments/`` (the result's segments then point into that copy). ``shard_files``:
+    see :func:`write_group` (a local output's, so never with a URL ``work_dir``)."""
     remote_docs = any(storage.is_remote(item.source.path) for item in items)
+    if shard_files and storage.is_remote(work_dir):
+        raise ValueError("make_group: shard files are a local output's; its work directory is not a URL")
     if not remote_docs and not storage.is_remote(work_dir):
-        return write_group(group_index, items, resources, work_dir)
+        return write_group(group_index, items, resources, work_dir, shard_files)
     scratch = scratch_dir(f"g{group_index:09d}")
     try:
         local_items, renames = stage_sources(items, scratch) if remote_docs else (list(items), {})
@@ -83,7 +92,7 @@ def make_group(group_index: int, items: Sequence[WorkItem], resources: Resources
             local_work = os.path.join(scratch, "work")
             os.makedirs(os.path.join(local_work, "fragments"))
         try:
-            result = write_group(group_index, local_items, resources, local_work)
+            result = write_group(group_index, local_items, resources, local_work, shard_files)
         except BertDataError as exc:
             raise named_as_given(exc, renames) from None
         if not storage.is_remote(work_dir):
