@@ -364,3 +364,22 @@ def test_readers_refuse_the_shards_of_a_run_killed_while_publishing(corpus, tmp_
     assert _cli(args + ["--resume"]).returncode == 0  # the advice works
     _same_output(out, corpus["references"]["nsp"])
     PretrainingDataset(out)
+
+
+@pytest.mark.parametrize("soft, words", [
+    (7, " (killed by SIGXCPU: its CPU-time limit (ulimit -t 7) ran out; raise it)"),
+    (None, " (killed by SIGXCPU: a CPU-time limit)"),
+])
+def test_a_worker_stopped_by_its_cpu_limit_is_named_with_the_limit(monkeypatch, soft, words) -> None:
+    """A worker at a soft CPU-time limit (``ulimit -St``) dies of SIGXCPU (the coordinator
+    survives it, a worker does not): the line names the limit, as it does for SIGKILL at a hard
+    one, instead of the bare signal."""
+    import resource
+    from types import SimpleNamespace
+
+    from bert_data.runners import pool
+
+    limit = resource.RLIM_INFINITY if soft is None else soft
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, resource.RLIM_INFINITY))
+    died = [SimpleNamespace(exitcode=0), SimpleNamespace(exitcode=-signal.SIGXCPU)]
+    assert pool._how_workers_died(died) == words

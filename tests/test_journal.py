@@ -140,6 +140,8 @@ PROGRESS_DAMAGE = [
      lambda t: "stats is not a mapping of non-negative counters"),
     ("stats float", _edit(stats=lambda s: dict(s, input_bytes=1.5)),
      lambda t: "stats is not a mapping of non-negative counters"),
+    ("shard_tails short", _edit(shard_tails=lambda v: v[:2]), lambda t: "shard_tails is not 3 non-negative integers"),
+    ("shard_tails text", _edit(shard_tails="abc"), lambda t: "shard_tails is not 3 non-negative integers"),
 ]
 
 
@@ -246,11 +248,51 @@ def test_partial_shards_shorter_than_the_journal_says(capsys, runs, out, how) ->
         journal.write_text(_edit(shard_bytes=lambda v: [v[0], v[1] + 1000, v[2]])(journal.read_text()))
         claimed = json.loads(journal.read_text())["shard_bytes"]
     holds = partial.stat().st_size if partial.exists() else 0
+    # (a shard may hold a later group's bytes past the journal, made while the journal was written:
+    # a count raised within them is seen by the journal's checksum of the counted end, not by size)
+    found = "which holds {holds}" if holds < claimed[1] else "whose last bytes up to there are not the ones it wrote down"
     assert _refused(capsys, runs, out) == (
         f"create_tfrecords: error: --resume: {journal} is damaged (it counts {claimed[1]} bytes in "
-        f"examples-2.tfrecords.partial, which holds {holds}){FIX}"
+        f"examples-2.tfrecords.partial, {found.format(holds=holds)}){FIX}"
     )
     _overwrite_recovers(capsys, runs, out)
+
+
+@pytest.mark.parametrize("how", ["count raised", "count lowered", "bytes changed"])
+def test_a_counted_end_that_moved_is_damage_even_in_a_longer_shard(capsys, runs, out, how) -> None:
+    """The journal's checksum of each shard's last counted bytes: a count raised or lowered
+    within a shard that holds more (a later group's bytes, made while the journal was written),
+    or bytes changed below the count, is refused; bytes past it are not (the next test)."""
+    journal = out / WORK / "progress.json"
+    partial = _partial(out, 2)
+    with open(partial, "ab") as handle:
+        handle.write(os.urandom(5000))  # as a group made but not journaled leaves them
+    delta = {"count raised": 1000, "count lowered": -1000, "bytes changed": 0}[how]
+    if delta:
+        journal.write_text(_edit(shard_bytes=lambda v: [v[0], v[1] + delta, v[2]])(journal.read_text()))
+    else:
+        claimed = json.loads(journal.read_text())["shard_bytes"][1]
+        with open(partial, "r+b") as handle:
+            handle.seek(claimed - 10)
+            byte = handle.read(1)
+            handle.seek(claimed - 10)
+            handle.write(bytes([byte[0] ^ 1]))
+    claimed = json.loads(journal.read_text())["shard_bytes"]
+    assert _refused(capsys, runs, out) == (
+        f"create_tfrecords: error: --resume: {journal} is damaged (it counts {claimed[1]} bytes in "
+        f"examples-2.tfrecords.partial, whose last bytes up to there are not the ones it wrote down){FIX}"
+    )
+    _overwrite_recovers(capsys, runs, out)
+
+
+def test_a_journal_of_an_older_version_without_checksums_resumes(capsys, runs, out) -> None:
+    journal = out / WORK / "progress.json"
+    state = json.loads(journal.read_text())
+    assert len(state.pop("shard_tails")) == 3
+    journal.write_text(json.dumps(state))
+    assert main(_args(runs, out, "--resume")) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    _same_as_reference(out, runs["reference"])
 
 
 def test_longer_partial_shards_are_cut_back_and_resume_exactly(capsys, runs, out) -> None:
@@ -287,3 +329,25 @@ def test_a_damaged_manifest_of_a_complete_run(capsys, runs, tmp_path) -> None:
         f"create_tfrecords: error: --resume: {manifest} is damaged (not valid JSON: {_json_error(text)}){FIX}"
     )
     _overwrite_recovers(capsys, runs, done)
+
+
+def test_without_a_thread_for_the_journal_the_checkpoints_are_made_in_line(capsys, runs, tmp_path, monkeypatch) -> None:
+    """The journal is written on a thread of its own; where none can be started (``ulimit -u``,
+    a memory limit: RuntimeError) each checkpoint is made in line, and the run is the same."""
+    from bert_data.output import local_dir
+
+    class NoThreads:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def submit(self, *args, **kwargs):
+            raise RuntimeError("can't start new thread")
+
+        def shutdown(self, wait: bool = True) -> None:
+            pass
+
+    monkeypatch.setattr(local_dir, "ThreadPoolExecutor", NoThreads)
+    out = tmp_path / "out"
+    assert main(_args(runs, out)) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    _same_as_reference(out, runs["reference"])

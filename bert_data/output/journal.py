@@ -19,9 +19,11 @@ shapes the bytes is unchanged, for every output kind alike:
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Mapping, Optional, Sequence
 
@@ -29,7 +31,7 @@ from .. import storage
 from ..config import LEFT_OUT_AT_DEFAULT
 from ..errors import ResumeError
 from ..identity import newest_described, newest_mtime
-from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, index_group
+from .naming import MANIFEST_NAME, PARTIAL_SUFFIX, RUN_FILE, WORK_DIR_NAME, index_group, shard_file_names
 
 MAX_JOURNAL_BYTES = 64 << 20  # run.json and progress.json are a few KB (~30 bytes a shard)
 _INDEX_THREADS = 16
@@ -268,6 +270,58 @@ def check_progress(state: Mapping, shards: Optional[int], path: str) -> None:
     stats = state.get("stats")
     if not isinstance(stats, dict) or not all(whole(v) for v in stats.values()):
         raise damaged(path, "stats is not a mapping of non-negative counters")
+    tails = state.get("shard_tails", [])  # (journals of older versions have none)
+    if not isinstance(tails, list) or len(tails) not in (0, shards) or not all(whole(v) for v in tails):
+        raise damaged(path, f"shard_tails is not {shards} non-negative integers")
+
+
+TAIL_BYTES = 4096  # the journal's checksum of each partial shard covers its last bytes up to the size it counts
+
+
+def tail_checksum(read_at, size: int) -> int:
+    """CRC-32 of the last :data:`TAIL_BYTES` bytes before ``size`` (``read_at(length, offset)``: a
+    pread), the journal's proof of where each partial shard's counted bytes end: bytes appended
+    after it (a group made but not journaled) leave it unchanged, a count that is too large or
+    bytes changed below it do not."""
+    start = max(0, size - TAIL_BYTES)
+    return zlib.crc32(read_at(size - start, start))
+
+
+def check_partial_shards(
+    output_dir: str, work_dir: str, name: object, shard_bytes: Sequence[int], path: str, suffix: str,
+    tails: Optional[Sequence[int]] = None,
+) -> None:
+    """Each partial shard holds at least the bytes the journal says (the resume cuts it back to
+    them), and its last bytes up to there are the ones the journal saw (``tails``: its
+    checksums; a journal of an older version has none): a shorter one, or one whose counted end
+    moved (a count too large, bytes changed), was damaged after the journal was written. (A
+    shard already renamed into place by a run killed while publishing counts too: the resume
+    takes it back.)"""
+    if not isinstance(name, str):
+        return  # the settings check has refused this already
+    for shard, (final, size) in enumerate(zip(shard_file_names(name, len(shard_bytes), suffix), shard_bytes)):
+        partial = os.path.join(work_dir, final + PARTIAL_SUFFIX)
+        published = os.path.join(output_dir, final)
+        where = partial if os.path.exists(partial) else published
+        try:
+            actual = os.path.getsize(where) if os.path.exists(where) else 0
+            actual = actual if where == partial or actual == size else 0
+            moved = actual >= size and tails is not None and _tail_of(where, size) != tails[shard]
+        except OSError:
+            actual, moved = 0, False
+        if actual < size:
+            raise damaged(path, f"it counts {size} bytes in {final}{PARTIAL_SUFFIX}, which holds {actual}")
+        if moved:
+            raise damaged(path, f"it counts {size} bytes in {final}{PARTIAL_SUFFIX}, whose last bytes up to there are "
+                                f"not the ones it wrote down")
+
+
+def _tail_of(path: str, size: int) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return tail_checksum(functools.partial(os.pread, fd), size)
+    finally:
+        os.close(fd)
 
 
 def load_index(work_dir: str) -> Dict[int, Dict]:

@@ -23,6 +23,7 @@ place only when every group is in (:meth:`LocalDirOutput.publish`), the manifest
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -38,7 +39,10 @@ from ..format.manifest import ManifestError, listed_shard_names, load_manifest
 from ..identity import written_over_input
 from ..storage import is_remote, join as join_path, local_path_of, write_bytes, write_json_atomically
 from .fragment import IN_PLACE, Segment, copy_range
-from .journal import check_progress, damaged, read_journal, read_json_object, require_listed_files, resume_point
+from .journal import (
+    check_partial_shards, check_progress, read_journal, read_json_object, require_listed_files, resume_point,
+    tail_checksum,
+)
 from .lock import output_lock
 from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
@@ -68,7 +72,7 @@ class ShardAssembler:
         if resume_from is None:
             self.records_per_shard = [0] * len(self.final_names)
             self.bytes_per_shard = [0] * len(self.final_names)
-            self._fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for p in self.partial_paths]
+            self._fds = [os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644) for p in self.partial_paths]
         else:
             self.records_per_shard = list(resume_from["shard_records"])
             self.bytes_per_shard = list(resume_from["shard_bytes"])
@@ -77,7 +81,7 @@ class ShardAssembler:
                 published = os.path.join(output_dir, final)
                 if not os.path.exists(path) and os.path.exists(published) and os.path.getsize(published) == size:
                     os.replace(published, path)  # killed between publishing shards and the manifest
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # (read too: the journal's tail checksums)
                 if os.fstat(fd).st_size < size:
                     os.close(fd)
                     raise OutputError(f"cannot resume: {path} is shorter than its journal says ({size} bytes)")
@@ -100,18 +104,23 @@ class ShardAssembler:
             "shard_records": list(self.records_per_shard),
             "stats": dict(stats),
         }
-        if self._syncer is None:
-            self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bert_data-journal")
-        self._pending = self._syncer.submit(self._make_durable, list(self._fds), journal)
+        try:
+            if self._syncer is None:
+                self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bert_data-journal")
+            self._pending = self._syncer.submit(self._make_durable, list(self._fds), journal)
+        except RuntimeError:  # no thread to be had (ulimit -u, a memory limit): made durable here and now
+            self._make_durable(list(self._fds), journal)
 
     @property
     def shard_fds(self) -> List[int]:
         """The partial shards' open files, in shard order."""
         return self._fds
 
-    def _make_durable(self, fds: Sequence[int], journal: Mapping) -> None:
+    def _make_durable(self, fds: Sequence[int], journal: Dict) -> None:
         for fd in fds:
             os.fsync(fd)  # (appends of later groups may go on meanwhile: the journal claims none of them)
+        journal["shard_tails"] = [tail_checksum(functools.partial(os.pread, fd), size)
+                                  for fd, size in zip(fds, journal["shard_bytes"])]
         write_json_atomically(os.path.join(self.work_dir, PROGRESS_FILE), journal)
         crash_point("checkpointed", journal["next_group"] - 1)  # test hook: killed with this journal written
 
@@ -162,15 +171,17 @@ class ShardAssembler:
         stops for another reason: that reason is what is said, not the checkpoint's error)."""
         try:
             self.wait()
-        except OSError:
+        except Exception:
             pass
         finally:
-            if self._syncer is not None:
-                self._syncer.shutdown(wait=True)
-                self._syncer = None
-            for fd in self._fds:
-                os.close(fd)
-            self._fds = []
+            try:
+                if self._syncer is not None:
+                    self._syncer.shutdown(wait=True)
+                    self._syncer = None
+            finally:  # (a second Ctrl-C in the wait above: the files are closed all the same)
+                for fd in self._fds:
+                    os.close(fd)
+                self._fds = []
 
 
 def run_inputs(config) -> List[Tuple[str, str]]:
@@ -419,34 +430,12 @@ def load_resume_state(output_dir: str, settings: Mapping, suffix: str) -> Option
     if os.path.lexists(progress_path):
         state = read_journal(progress_path)
         check_progress(state, shards, progress_path)
-        check_partial_shards(output_dir, work_dir, settings.get("name"), state["shard_bytes"], progress_path, suffix)
+        check_partial_shards(output_dir, work_dir, settings.get("name"), state["shard_bytes"], progress_path, suffix,
+                             state.get("shard_tails") or None)
     else:
         state = {"next_group": 0, "shard_bytes": [0] * shards, "shard_records": [0] * shards, "stats": {}}
     clear_fragments(work_dir)
     return state
-
-
-def check_partial_shards(
-    output_dir: str, work_dir: str, name: object, shard_bytes: Sequence[int], path: str, suffix: str
-) -> None:
-    """Each partial shard holds at least the bytes the journal says (the resume cuts it back to
-    them); a shorter one was damaged after the journal was written. (A shard already renamed
-    into place by a run killed while publishing counts too: the resume takes it back.)"""
-    if not isinstance(name, str):
-        return  # the settings check has refused this already
-    for final, size in zip(shard_file_names(name, len(shard_bytes), suffix), shard_bytes):
-        partial = os.path.join(work_dir, final + PARTIAL_SUFFIX)
-        published = os.path.join(output_dir, final)
-        try:
-            if os.path.exists(partial):
-                actual = os.path.getsize(partial)
-            else:
-                actual = os.path.getsize(published) if os.path.exists(published) else 0
-                actual = actual if actual == size else 0
-        except OSError:
-            actual = 0
-        if actual < size:
-            raise damaged(path, f"it counts {size} bytes in {final}{PARTIAL_SUFFIX}, which holds {actual}")
 
 
 class LocalDirOutput:

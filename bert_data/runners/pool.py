@@ -215,11 +215,21 @@ def _how_workers_died(processes: List) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f" (killed by {name}{_why_sigkill() if name == 'SIGKILL' else ''})"
+        why = _why_sigkill() if name == "SIGKILL" else _cpu_limit() if name == "SIGXCPU" else ""
+        return f" (killed by {name}{why})"
     failed = [c for c in codes if c is not None and c > 0]
     if WORKER_OUT_OF_MEMORY in failed:
         return " (out of memory while it started)"
     return f" (exit code {failed[0]})" if failed else " (killed, or crashed; out of memory?)"
+
+
+def _cpu_limit() -> str:
+    """A worker's SIGXCPU: the soft CPU-time limit (``ulimit -St``) it reached, which a worker
+    does not survive (the coordinator does: errors.raise_on_sigterm)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    return f": its CPU-time limit (ulimit -t {soft}) ran out; raise it" if soft != resource.RLIM_INFINITY else ": a CPU-time limit"
 
 
 def _why_sigkill() -> str:
