@@ -250,12 +250,18 @@ def test_partial_shards_shorter_than_the_journal_says(capsys, runs, out, how) ->
     holds = partial.stat().st_size if partial.exists() else 0
     # (a shard may hold a later group's bytes past the journal, made while the journal was written:
     # a count raised within them is seen by the journal's checksum of the counted end, not by size)
-    found = "which holds {holds}" if holds < claimed[1] else "whose last bytes up to there are not the ones it wrote down"
-    assert _refused(capsys, runs, out) == (
-        f"create_tfrecords: error: --resume: {journal} is damaged (it counts {claimed[1]} bytes in "
-        f"examples-2.tfrecords.partial, {found.format(holds=holds)}){FIX}"
-    )
+    found = f"which holds {holds}" if holds < claimed[1] else MOVED
+    assert _refused(capsys, runs, out) == _count_damaged(journal, claimed[1], found)
     _overwrite_recovers(capsys, runs, out)
+
+
+MOVED = "whose last bytes up to there are not the ones it wrote down"
+
+
+def _count_damaged(journal: Path, count: int, found: str) -> str:
+    """The line of a journal whose count for the second shard the shard does not bear out."""
+    return (f"create_tfrecords: error: --resume: {journal} is damaged (it counts {count} bytes in "
+            f"examples-2.tfrecords.partial, {found}){FIX}")
 
 
 @pytest.mark.parametrize("how", ["count raised", "count lowered", "bytes changed"])
@@ -278,10 +284,7 @@ def test_a_counted_end_that_moved_is_damage_even_in_a_longer_shard(capsys, runs,
             handle.seek(claimed - 10)
             handle.write(bytes([byte[0] ^ 1]))
     claimed = json.loads(journal.read_text())["shard_bytes"]
-    assert _refused(capsys, runs, out) == (
-        f"create_tfrecords: error: --resume: {journal} is damaged (it counts {claimed[1]} bytes in "
-        f"examples-2.tfrecords.partial, whose last bytes up to there are not the ones it wrote down){FIX}"
-    )
+    assert _refused(capsys, runs, out) == _count_damaged(journal, claimed[1], MOVED)
     _overwrite_recovers(capsys, runs, out)
 
 
