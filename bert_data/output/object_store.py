@@ -283,6 +283,10 @@ class ObjectStoreOutput:
         done = set(self.index)
         return (group for group in planned if group[0] not in done)
 
+    def shard_files(self) -> Sequence[int]:
+        """None to write in place: every group is a fragment in the shared work directory."""
+        return ()
+
     def accept(self, result, stats: Counter) -> None:
         """The group's index object: its byte range per shard and its own counters."""
         entry = {"segments": [[s.shard, s.offset, s.length, s.records] for s in result.segments],

@@ -261,8 +261,8 @@ def _run_planned(
         todo = output.todo(planned_groups(config, spool_path))
         # closing(): on any exception here (Ctrl-C while appending, say) the workers are stopped
         # now, not whenever the generator happens to be collected (at exit, after the semaphores)
-        shard_files = output.shard_files() if hasattr(output, "shard_files") else ()  # (a local output's)
-        with contextlib.closing(runner(config, todo, output.fragment_dir, bytes_read, shard_files=shard_files)) as results:
+        with contextlib.closing(runner(config, todo, output.fragment_dir, bytes_read,
+                                       shard_files=output.shard_files())) as results:
             for result in results:
                 stats.update(result.stats)
                 keep_worst(stats, "replaced_in.", 10)

@@ -226,21 +226,23 @@ def _how_workers_died(processes: List) -> str:
 def _cpu_limit() -> str:
     """A worker's SIGXCPU: the soft CPU-time limit (``ulimit -St``) it reached, which a worker
     does not survive (the coordinator does: errors.raise_on_sigterm)."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
-    return f": its CPU-time limit (ulimit -t {soft}) ran out; raise it" if soft != resource.RLIM_INFINITY else ": a CPU-time limit"
+    soft = _cpu_soft_limit()
+    return f": its CPU-time limit (ulimit -t {soft}) ran out; raise it" if soft is not None else ": a CPU-time limit"
 
 
 def _why_sigkill() -> str:
     """The OOM killer's signal, or the kernel's at a hard CPU-time limit (bash's ``ulimit -t``
     sets both limits, so SIGXCPU never comes first)."""
+    soft = _cpu_soft_limit()
+    return f": its CPU-time limit (ulimit -t {soft}) ran out, or memory did?" if soft is not None else ": out of memory?"
+
+
+def _cpu_soft_limit() -> Optional[int]:
+    """The soft CPU-time limit in seconds, None when there is none."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
-    if soft != resource.RLIM_INFINITY:
-        return f": its CPU-time limit (ulimit -t {soft}) ran out, or memory did?"
-    return ": out of memory?"
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _stop_pool(pool, pending: deque) -> None:
