@@ -33,7 +33,11 @@ Each text takes the cheapest route that is exact for it:
 
    The per-version characters are precomputed for the Python-Unicode / ``tokenizers`` versions
    named in ``_PRECOMPUTED_KEY``; under other versions they are found by probing every code
-   point through both implementations (about two seconds, once per process and casing).
+   point through both implementations (2.5-4 CPU-s), once per machine and casing: the result is
+   kept in ``divergent-*.txt`` under ``$BERT_DATA_CACHE_DIR`` (default
+   ``$XDG_CACHE_HOME/bert_data``, else ``~/.cache/bert_data``; an empty value keeps nothing) and
+   read back by every later process, each worker of a run included. A file that does not check
+   (versions, casing, checksum) is probed again; a cache that cannot be written costs only time.
 """
 
 from __future__ import annotations
@@ -462,13 +466,80 @@ def _parse_ranges(spec: str) -> list[tuple[int, int]]:
     return out
 
 
+_PROBE_CACHE_FORMAT = "bert_data divergent 1"  # the first line of a kept probe; bump when the probe changes
+
+
+def _probe_cache_path(do_lower_case: bool, key: tuple[str, str]) -> str | None:
+    """Where the probe for ``key`` is kept between processes, or None (``BERT_DATA_CACHE_DIR=``)."""
+    root = os.environ.get("BERT_DATA_CACHE_DIR")
+    if root is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "bert_data")
+    if not root:
+        return None
+    casing = "uncased" if do_lower_case else "cased"
+    safe = "-".join(re.sub(r"[^0-9A-Za-z.+]", "_", part) for part in key)
+    return os.path.join(root, f"divergent-{casing}-{safe}.txt")
+
+
+def _probe_cache_text(do_lower_case: bool, key: tuple[str, str], spec: str) -> str:
+    import hashlib
+
+    header = f"{_PROBE_CACHE_FORMAT} unicode={key[0]} tokenizers={key[1]} lower={int(do_lower_case)}"
+    return f"{header}\n{spec}\n{hashlib.sha256((header + spec).encode()).hexdigest()}\n"
+
+
+def _kept_probe(do_lower_case: bool, key: tuple[str, str]) -> list[tuple[int, int]] | None:
+    """The kept probe for ``key``, or None when there is none or it does not check: another
+    version's, casing's or format's file, a torn or edited one (the checksum), unparsable ranges."""
+    path = _probe_cache_path(do_lower_case, key)
+    try:
+        if path is None or os.path.getsize(path) > 1 << 20:
+            return None
+        with open(path, encoding="ascii") as handle:
+            lines = handle.read().split("\n")
+        if len(lines) != 4 or lines[3] or _probe_cache_text(do_lower_case, key, lines[1]) != "\n".join(lines):
+            return None
+        ranges = _parse_ranges(lines[1])
+    except (OSError, ValueError):  # (UnicodeDecodeError is a ValueError)
+        return None
+    if any(not 0 <= lo <= hi <= 0x10FFFF for lo, hi in ranges):
+        return None
+    return ranges
+
+
+def _keep_probe(do_lower_case: bool, key: tuple[str, str], ranges: list[tuple[int, int]]) -> None:
+    """Best effort: written to a temporary name and renamed, so a reader sees all or nothing; a
+    cache that cannot be written (read-only home, full disk) only means the next process probes."""
+    path = _probe_cache_path(do_lower_case, key)
+    if path is None:
+        return
+    import tempfile
+
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".divergent-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write(_probe_cache_text(do_lower_case, key, _format_ranges(ranges)))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
+
+
 @functools.lru_cache(maxsize=None)
 def _divergent_ranges(do_lower_case: bool) -> tuple[tuple[int, int], ...]:
     key = (unicodedata.unidata_version, tokenizers.__version__)
     if key == _PRECOMPUTED_KEY:
         probed = _parse_ranges(_PRECOMPUTED[do_lower_case])
     else:
-        probed = _ranges(_probe_divergent(do_lower_case))
+        kept = _kept_probe(do_lower_case, key)
+        probed = kept if kept is not None else _ranges(_probe_divergent(do_lower_case))
+        if kept is None:
+            _keep_probe(do_lower_case, key, probed)
     extra = [(_SIGMA, _SIGMA)] if do_lower_case else []
     merged: list[tuple[int, int]] = []
     for lo, hi in sorted([*probed, *_PRIVATE_USE, *extra]):
@@ -531,8 +602,13 @@ class FullTokenizer:
     def __init__(self, vocab_file: str, do_lower_case: bool = True) -> None:
         self.vocab: dict[str, int] = load_vocab(vocab_file)
         self.do_lower_case: bool = bool(do_lower_case)
-        self._divergent = _divergent_re(self.do_lower_case)
         self._native = None  # the C vocabulary (_native_vocab), made on first use
+
+    @functools.cached_property
+    def _divergent(self) -> re.Pattern[str]:
+        """Made at the first non-ASCII text: a run from the token cache tokenizes none, and under
+        versions the table was not precomputed for, the first making probes (see the docstring)."""
+        return _divergent_re(self.do_lower_case)
 
     # The ``tokenizers`` objects and the inverse vocabulary are made at their first use (each
     # WordPiece model copies the vocabulary: ~10 ms a model): a run from the token cache uses

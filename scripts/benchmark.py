@@ -275,7 +275,11 @@ def child_main(spec_json: str) -> int:
         self_, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
 
-    cpu_before = cpu()
+    def own_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu_before, own_before = cpu(), own_cpu()
     started = time.perf_counter()
     manifest = run(config, on_group=on_group)  # a process pool is joined (its CPU counted) before run returns
     wall = time.perf_counter() - started
@@ -288,6 +292,7 @@ def child_main(spec_json: str) -> int:
     out = {
         "wall_s": wall,
         "cpu_s": cpu_run,
+        "coordinator_cpu_s": own_cpu() - own_before,  # the coordinator alone (its threads included): where a pool's overhead lands
         "stage_seconds": {s: seconds.get(s, 0.0) for s in STAGES},
         "groups": groups[0],
         "input_bytes": manifest["input_bytes"],
@@ -386,7 +391,7 @@ def _summary(values: Sequence[float]) -> Dict[str, float]:
 
 def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
     keys = ("mb_per_s", "cores_busy", "docs_per_s", "instances_per_s", "peak_rss_tree_mb", "wall_s", "process_wall_s",
-            "cpu_s", "mb_per_cpu_s", "other_cores", "loadavg_1min_before", "peak_rss_coordinator_mb",
+            "cpu_s", "coordinator_cpu_s", "mb_per_cpu_s", "other_cores", "loadavg_1min_before", "peak_rss_coordinator_mb",
             "peak_rss_largest_worker_mb")
     out: Dict[str, object] = {k: _summary([r[k] for r in runs]) for k in keys}
     out["stage_share"] = {s: statistics.median(r["stage_share"][s] for r in runs) for s in STAGES}
@@ -545,6 +550,7 @@ def report(results: Dict[int, Dict[str, object]]) -> None:
         print(f"  wall s (run)   {fmt(s['wall_s'], 2)}  (process {fmt(s['process_wall_s'], 2)})")
         print(f"  CPU s (run)    {fmt(s['cpu_s'], 2)}  -> {fmt(s['mb_per_cpu_s'], 3)} MB per CPU-s (all processes of the run)")
         print(f"  cores busy     {fmt(s['cores_busy'], 2)}  (CPU s / wall s, whole process tree)")
+        print(f"  coordinator    {fmt(s['coordinator_cpu_s'], 2)} CPU s of those (its threads included)")
         print(f"  other load     {fmt(s['other_cores'], 2)} cores busy with other processes during the runs")
         detail = f"process tree, {s['max_processes']} processes"
         if workers == 1:

@@ -29,6 +29,23 @@ def _children_start_with_default_stop_signals() -> None:
 _children_start_with_default_stop_signals()
 
 
+def _keep_probes_in_the_session() -> None:
+    """Under versions without a precomputed table, tokenizers keep the probed one in
+    ``$BERT_DATA_CACHE_DIR`` (see :mod:`bert_data.tokenization`): the tests, and the tools they
+    start, share one directory of the session's instead of writing to the user's ~/.cache."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if "BERT_DATA_CACHE_DIR" not in os.environ:
+        path = tempfile.mkdtemp(prefix="bert_data_tests_cache_")
+        os.environ["BERT_DATA_CACHE_DIR"] = path
+        atexit.register(shutil.rmtree, path, True)
+
+
+_keep_probes_in_the_session()
+
+
 def shared_file(*parts: str) -> Path:
     """Path of a file under ../shared; skip the test if missing, fail instead when CI is set."""
     path = SHARED.joinpath(*parts)

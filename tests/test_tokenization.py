@@ -328,6 +328,117 @@ def test_divergent_table_matches_probe(do_lower_case):
     assert probed == tk._PRECOMPUTED[do_lower_case].strip()
 
 
+# -- the probe, kept between processes (versions the table was not precomputed for) ---------------
+
+
+@pytest.fixture
+def other_versions(monkeypatch, tmp_path):
+    """Versions the table was not precomputed for, a cache directory of the test's own, and a probe
+    that answers the precomputed table (so the test stays fast) and counts its calls."""
+    monkeypatch.setattr(tk, "_PRECOMPUTED_KEY", ("0.0.0", "0.0.0"))
+    monkeypatch.setenv("BERT_DATA_CACHE_DIR", str(tmp_path / "cache"))
+    calls: list[bool] = []
+
+    def probe(do_lower_case: bool) -> list[int]:
+        calls.append(do_lower_case)
+        return [cp for lo, hi in tk._parse_ranges(tk._PRECOMPUTED[do_lower_case]) for cp in range(lo, hi + 1)]
+
+    monkeypatch.setattr(tk, "_probe_divergent", probe)
+    tk._divergent_ranges.cache_clear()
+    tk._divergent_re.cache_clear()
+    yield calls, tmp_path / "cache"
+    tk._divergent_ranges.cache_clear()
+    tk._divergent_re.cache_clear()
+
+
+def _fresh_process_ranges(do_lower_case: bool) -> tuple:
+    """``_divergent_ranges`` as a new process finds it (the in-process cache cleared)."""
+    tk._divergent_ranges.cache_clear()
+    return tk._divergent_ranges(do_lower_case)
+
+
+def test_probe_is_kept_for_the_next_process(other_versions):
+    calls, cache = other_versions
+    first = _fresh_process_ranges(True)
+    assert calls == [True] and len(list(cache.glob("divergent-uncased-*.txt"))) == 1
+    assert _fresh_process_ranges(True) == first and calls == [True]  # read back, not probed
+    cased = _fresh_process_ranges(False)  # the other casing has its own file
+    assert calls == [True, False] and len(list(cache.glob("divergent-*.txt"))) == 2
+    assert _fresh_process_ranges(False) == cased and calls == [True, False]
+    assert not list(cache.glob(".divergent-*"))  # no temporary file left behind
+
+
+def test_tokenizing_from_a_kept_probe_is_exact(other_versions, tiny_vocab_file):
+    calls, _ = other_versions
+    texts = ["Café ΟΔΟΣ", "the \ue000 cat", "a \ud800 b", "中 the", "ΟΣ ΟΣ", "x\u0378y", "the cat"]
+    probed = FullTokenizer(str(tiny_vocab_file))
+    want = [probed.tokenize(t) for t in texts]
+    tk._divergent_re.cache_clear()
+    tk._divergent_ranges.cache_clear()
+    kept = FullTokenizer(str(tiny_vocab_file))
+    assert [kept.tokenize(t) for t in texts] == want and calls == [True]
+    _check_consistent(kept, texts)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["torn", "edited range", "other versions", "other casing", "not ascii", "empty", "range beyond unicode"],
+)
+def test_a_kept_probe_that_does_not_check_is_probed_again(other_versions, damage):
+    calls, cache = other_versions
+    want = _fresh_process_ranges(True)
+    (path,) = cache.glob("divergent-uncased-*.txt")
+    text = path.read_text(encoding="ascii")
+    header, spec, digest, _ = text.split("\n")
+    damaged = {
+        "torn": text[: len(text) // 2],
+        "edited range": text.replace(spec.split()[0], "61e", 1),
+        "other versions": text.replace(f"tokenizers={tokenizers.__version__} ", "tokenizers=9.9.9 "),
+        "other casing": text.replace("lower=1", "lower=0"),
+        "not ascii": text.replace("divergent", "divergënt"),
+        "empty": "",
+        "range beyond unicode": tk._probe_cache_text(True, (unicodedata.unidata_version, tokenizers.__version__), "110000"),
+    }[damage]
+    assert damaged != text
+    path.write_bytes(damaged.encode("utf-8"))
+    assert _fresh_process_ranges(True) == want and calls == [True, True]  # probed again...
+    assert path.read_text(encoding="ascii") == text  # ...and kept again, whole
+
+
+def test_a_cache_that_cannot_be_written_costs_only_time(other_versions, monkeypatch, tmp_path):
+    calls, _ = other_versions
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("BERT_DATA_CACHE_DIR", str(blocker / "cache"))
+    want = _fresh_process_ranges(True)
+    assert _fresh_process_ranges(True) == want and calls == [True, True]
+    monkeypatch.setenv("BERT_DATA_CACHE_DIR", "")  # empty: keep nothing
+    assert tk._probe_cache_path(True, ("1", "2")) is None
+    assert _fresh_process_ranges(True) == want and calls == [True, True, True]
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    key = ("15.0.0", "0.22.1")
+    monkeypatch.delenv("BERT_DATA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tk._probe_cache_path(False, key) == str(tmp_path / "xdg" / "bert_data" / "divergent-cased-15.0.0-0.22.1.txt")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert tk._probe_cache_path(True, ("15.0.0", "0.22.1/../x")) == str(
+        tmp_path / "home" / ".cache" / "bert_data" / "divergent-uncased-15.0.0-0.22.1_.._x.txt")
+
+
+def test_a_tokenizer_finds_the_divergent_characters_at_its_first_non_ascii_text(tiny_vocab_file, monkeypatch):
+    """A run from the token cache tokenizes nothing: making its tokenizer must not probe."""
+    tok = FullTokenizer(str(tiny_vocab_file))
+    assert "_divergent" not in vars(tok)
+    tok.encode_ids(["the cat", "Unaffable!"])
+    assert "_divergent" not in vars(tok)
+    assert tok.tokenize("Café") == ["cafe"] and "_divergent" in vars(tok)
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone.tokenize("ΟΔΟΣ") == tok.tokenize("ΟΔΟΣ")
+
+
 # ------------------------------------------------------------------------------------------------
 # load_vocab
 # ------------------------------------------------------------------------------------------------
