@@ -122,11 +122,14 @@ def _unneeded_components(spacy_model: str) -> List[str]:
 _UNUSED_BY_THE_SENTENCIZER = ("torch", "cupy", "cupyx")
 
 
-def _import_spacy(without_torch: bool):
+def import_spacy(without_torch: bool):
     """spaCy, imported without PyTorch and CuPy when the pipeline cannot need them: unless one is
     already loaded (a trainer's process), importing it is made to fail while spaCy loads, and
     thinc runs without it in this process (a named pipeline, which may need them, imports spaCy
-    normally)."""
+    normally). Nor its command line: ``spacy/__init__`` imports ``spacy.cli.info``, which loads
+    every CLI command (typer, weasel, requests, jinja2: ~360 modules, 0.2-0.3 s of every process
+    that segments, each worker included); a stand-in takes its place while spaCy loads, and
+    ``spacy.info`` imports the real one when called."""
     import sys
 
     if not without_torch or "torch" in sys.modules:
@@ -136,12 +139,33 @@ def _import_spacy(without_torch: bool):
     blocked = [name for name in _UNUSED_BY_THE_SENTENCIZER if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None  # type: ignore[assignment]  # import NAME -> ImportError
+    cli_stand_in = "spacy" not in sys.modules and "spacy.cli.info" not in sys.modules
+    if cli_stand_in:
+        sys.modules["spacy.cli.info"] = _spacy_info_stand_in()
     try:
         import spacy
     finally:
         for name in blocked:
             del sys.modules[name]  # the process may still import them itself later
+        if cli_stand_in and getattr(sys.modules.get("spacy.cli.info"), "__stand_in__", False):
+            del sys.modules["spacy.cli.info"]  # `import spacy.cli` later loads the real commands
     return spacy
+
+
+def _spacy_info_stand_in():
+    """A module in place of ``spacy.cli.info`` whose ``info`` loads the real one at its first call."""
+    import types
+
+    module = types.ModuleType("spacy.cli.info", "bert_data's stand-in while spaCy loads (see import_spacy)")
+    module.__stand_in__ = True  # type: ignore[attr-defined]
+
+    def info(*args, **kwargs):
+        from spacy.cli.info import info as real_info
+
+        return real_info(*args, **kwargs)
+
+    module.info = info  # type: ignore[attr-defined]
+    return module
 
 
 def load_spacy_pipeline(spacy_model: Optional[str]):
@@ -153,7 +177,7 @@ def load_spacy_pipeline(spacy_model: Optional[str]):
     is added. A pipeline that is not installed is a :class:`SpacyModelError` naming the
     install command.
     """
-    spacy = _import_spacy(without_torch=not spacy_model)
+    spacy = import_spacy(without_torch=not spacy_model)
 
     if not spacy_model:
         nlp = spacy.blank("en")

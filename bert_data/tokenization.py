@@ -35,9 +35,10 @@ Each text takes the cheapest route that is exact for it:
    named in ``_PRECOMPUTED_KEY``; under other versions they are found by probing every code
    point through both implementations (2.5-4 CPU-s), once per machine and casing: the result is
    kept in ``divergent-*.txt`` under ``$BERT_DATA_CACHE_DIR`` (default
-   ``$XDG_CACHE_HOME/bert_data``, else ``~/.cache/bert_data``; an empty value keeps nothing) and
-   read back by every later process, each worker of a run included. A file that does not check
-   (versions, casing, checksum) is probed again; a cache that cannot be written costs only time.
+   ``$XDG_CACHE_HOME/bert_data``, else ``~/.cache/bert_data``; an empty or relative value keeps
+   nothing) and read back by every later process, each worker of a run included. A file that
+   does not check (versions, casing, a digest of this module's source, checksum, owner) is probed
+   again; a cache that cannot be written costs only time.
 """
 
 from __future__ import annotations
@@ -466,38 +467,67 @@ def _parse_ranges(spec: str) -> list[tuple[int, int]]:
     return out
 
 
-_PROBE_CACHE_FORMAT = "bert_data divergent 1"  # the first line of a kept probe; bump when the probe changes
+_PROBE_CACHE_FORMAT = "bert_data divergent 1"  # the first line of a kept probe
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_code_digest() -> str | None:
+    """A digest of this module's source, part of a kept probe's name and header: the probe and the
+    reference port it runs live here, so a kept table is never read by other code than made it
+    (an upgrade, another checkout sharing ~/.cache). None (keep nothing) where the source cannot
+    be read."""
+    import hashlib
+
+    try:
+        with open(__file__, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()[:16]
+    except (OSError, NameError):
+        return None
 
 
 def _probe_cache_path(do_lower_case: bool, key: tuple[str, str]) -> str | None:
-    """Where the probe for ``key`` is kept between processes, or None (``BERT_DATA_CACHE_DIR=``)."""
+    """Where the probe for ``key`` is kept between processes, or None: ``BERT_DATA_CACHE_DIR``
+    empty or relative (never a directory relative to whatever the working directory is), no home
+    to put ``~/.cache`` in, or no source to digest."""
     root = os.environ.get("BERT_DATA_CACHE_DIR")
     if root is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "bert_data")
-    if not root:
+        home = os.path.expanduser("~")
+        base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home not in ("", "/") else "")
+        root = os.path.join(base, "bert_data") if base else ""
+    root = os.path.expanduser(root)
+    digest = _probe_code_digest()
+    if not os.path.isabs(root) or digest is None:
         return None
     casing = "uncased" if do_lower_case else "cased"
-    safe = "-".join(re.sub(r"[^0-9A-Za-z.+]", "_", part) for part in key)
+    safe = "-".join(re.sub(r"[^0-9A-Za-z.+]", "_", part) for part in (*key, digest))
     return os.path.join(root, f"divergent-{casing}-{safe}.txt")
 
 
 def _probe_cache_text(do_lower_case: bool, key: tuple[str, str], spec: str) -> str:
     import hashlib
 
-    header = f"{_PROBE_CACHE_FORMAT} unicode={key[0]} tokenizers={key[1]} lower={int(do_lower_case)}"
+    header = (f"{_PROBE_CACHE_FORMAT} unicode={key[0]} tokenizers={key[1]} code={_probe_code_digest()} "
+              f"lower={int(do_lower_case)}")
     return f"{header}\n{spec}\n{hashlib.sha256((header + spec).encode()).hexdigest()}\n"
 
 
 def _kept_probe(do_lower_case: bool, key: tuple[str, str]) -> list[tuple[int, int]] | None:
     """The kept probe for ``key``, or None when there is none or it does not check: another
-    version's, casing's or format's file, a torn or edited one (the checksum), unparsable ranges."""
+    version's, casing's, code's or format's file, a torn or edited one (the checksum), unparsable
+    ranges, not a regular file, or another user's (a shared directory: not trusted)."""
     path = _probe_cache_path(do_lower_case, key)
+    if path is None:
+        return None
+    most = 1 << 20
     try:
-        if path is None or os.path.getsize(path) > 1 << 20:
-            return None
-        with open(path, encoding="ascii") as handle:
-            lines = handle.read().split("\n")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO put there must not block
+        with open(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > most:  # a directory, a device, ...: not ours
+                return None
+            if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+                return None
+            lines = handle.read(most + 1).decode("ascii").split("\n")
         if len(lines) != 4 or lines[3] or _probe_cache_text(do_lower_case, key, lines[1]) != "\n".join(lines):
             return None
         ranges = _parse_ranges(lines[1])

@@ -151,6 +151,34 @@ def test_quiet_console_and_loopback_only(corpus, tmp_path):
     assert listening and all(address.ip == "127.0.0.1" for address in listening), listening
 
 
+def test_the_fork_server_loads_spacy_as_the_run_needs_it(corpus, tmp_path):
+    """The LocalCluster's fork server imports spaCy once for every worker: as the rule-based
+    sentencizer loads it (no PyTorch, CuPy or spaCy's command line, which a plain ``spacy`` would
+    bring into the fork server and every worker), as a named pipeline needs it, or not at all when
+    lines are the sentences. Fake PyTorch and CuPy packages leave a mark if imported."""
+    import os
+
+    from bert_data.presets import build_config
+    from bert_data.runners.dask import fork_server_preload
+
+    config = build_config({"metadata_files": [str(corpus["metadata"])], "vocab_file": str(corpus["vocab"]),
+                           "output_dir": str(tmp_path / "x"), "num_workers": 2, "runner": "dask"})
+    lean = fork_server_preload(config)
+    assert lean == ["distributed", "numpy", "bert_data.runners.preload", "bert_data.group"]
+    assert fork_server_preload(config.replace(spacy_model="en_core_web_sm"))[2] == "spacy"
+    assert "spacy" not in " ".join(fork_server_preload(config.replace(single_sentence_per_line=True)))
+    fakes = tmp_path / "fakes"
+    for name in ("torch", "cupy", "cupyx"):
+        (fakes / name).mkdir(parents=True)
+        (fakes / name / "__init__.py").write_text(f"open({str(fakes / name)!r} + '.imported', 'w').close()\n")
+    code = "import sys\n" + "".join(f"import {module}\n" for module in lean) + (
+        "print(sorted(m for m in ('spacy', 'spacy.cli', 'typer') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(fakes)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['spacy']"] and not list(fakes.glob("*.imported"))
+
+
 def _start_cluster(tmp_path: Path, name: str, env: Dict[str, str]):
     """A scheduler and two single-threaded workers as processes of their own (as on a real
     cluster: the run only has the scheduler file)."""

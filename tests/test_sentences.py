@@ -267,3 +267,26 @@ def test_the_rule_based_sentencizer_loads_without_torch_or_cupy(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "And a second one." in done.stdout
     assert sorted(p.name for p in tmp_path.glob("*.imported")) == []
+
+
+def test_the_rule_based_sentencizer_loads_without_spacys_command_line():
+    """``spacy/__init__`` imports ``spacy.cli.info`` and with it every CLI command (~360 modules);
+    the sentencizer loads without them, and ``spacy.info`` and ``import spacy.cli`` still work."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from bert_data.sentences import load_spacy_pipeline\n"
+        "nlp = load_spacy_pipeline(None)\n"
+        "print([s.text for s in nlp('One sentence here. And a second one.').sents])\n"
+        "print(sorted(m for m in ('spacy.cli', 'spacy.cli.info', 'typer', 'weasel') if m in sys.modules))\n"
+        "import spacy\n"
+        "print(sorted(spacy.info(markdown=False, silent=True))[:2])\n"
+        "import spacy.cli\n"
+        "print(spacy.cli.info is sys.modules['spacy.cli.info'].info, callable(spacy.cli.download))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "['One sentence here.', 'And a second one.']", "[]", "['location', 'pipelines']", "True True"]

@@ -405,6 +405,25 @@ def test_a_kept_probe_that_does_not_check_is_probed_again(other_versions, damage
     assert path.read_text(encoding="ascii") == text  # ...and kept again, whole
 
 
+@pytest.mark.parametrize("thing", ["directory", "fifo", "symlink to a device"])
+def test_something_else_at_the_kept_probes_path_is_probed_around(other_versions, thing):
+    """Not a regular file where the kept probe goes: never read (a FIFO would block the read); the
+    process probes and keeps its table in its place (a rename replaces a FIFO or a link itself,
+    never what the link points to), or, where a directory is in the way, every process probes."""
+    calls, cache = other_versions
+    want = _fresh_process_ranges(True)
+    (path,) = cache.glob("divergent-uncased-*.txt")
+    kept = path.read_bytes()
+    path.unlink()
+    {"directory": path.mkdir, "fifo": lambda: os.mkfifo(path), "symlink to a device": lambda: path.symlink_to("/dev/zero")}[thing]()
+    assert _fresh_process_ranges(True) == want and _fresh_process_ranges(True) == want
+    if thing == "directory":
+        assert calls == [True, True, True] and path.is_dir()
+    else:
+        assert calls == [True, True] and not path.is_symlink() and path.read_bytes() == kept
+    assert not list(cache.glob(".divergent-*"))
+
+
 def test_a_cache_that_cannot_be_written_costs_only_time(other_versions, monkeypatch, tmp_path):
     calls, _ = other_versions
     blocker = tmp_path / "a file"
@@ -418,14 +437,63 @@ def test_a_cache_that_cannot_be_written_costs_only_time(other_versions, monkeypa
 
 
 def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
-    key = ("15.0.0", "0.22.1")
+    key, code = ("15.0.0", "0.22.1"), tk._probe_code_digest()
+    assert code and len(code) == 16
     monkeypatch.delenv("BERT_DATA_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert tk._probe_cache_path(False, key) == str(tmp_path / "xdg" / "bert_data" / "divergent-cased-15.0.0-0.22.1.txt")
+    assert tk._probe_cache_path(False, key) == str(tmp_path / "xdg" / "bert_data" / f"divergent-cased-15.0.0-0.22.1-{code}.txt")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert tk._probe_cache_path(True, ("15.0.0", "0.22.1/../x")) == str(
-        tmp_path / "home" / ".cache" / "bert_data" / "divergent-uncased-15.0.0-0.22.1_.._x.txt")
+        tmp_path / "home" / ".cache" / "bert_data" / f"divergent-uncased-15.0.0-0.22.1_.._x-{code}.txt")
+    monkeypatch.setenv("BERT_DATA_CACHE_DIR", "~/mine")
+    assert tk._probe_cache_path(True, key) == str(tmp_path / "home" / "mine" / f"divergent-uncased-15.0.0-0.22.1-{code}.txt")
+    # Nothing is kept rather than a directory made relative to whatever the working directory is:
+    # a relative BERT_DATA_CACHE_DIR or XDG_CACHE_HOME, no home to expand (HOME unset and no
+    # password entry, or HOME empty: "/"), an empty BERT_DATA_CACHE_DIR (asked for).
+    for value in ("cache", "./cache", ""):
+        monkeypatch.setenv("BERT_DATA_CACHE_DIR", value)
+        assert tk._probe_cache_path(True, key) is None, value
+    monkeypatch.delenv("BERT_DATA_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert tk._probe_cache_path(True, key) is None
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", "")
+    assert tk._probe_cache_path(True, key) is None
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)
+    assert tk._probe_cache_path(True, key) is None
+
+
+def test_a_table_kept_by_other_code_is_not_read(other_versions, monkeypatch):
+    """The kept table is named and stamped with a digest of the module that probes: an upgrade,
+    or another checkout sharing the directory, probes for itself instead of trusting a table its
+    own code did not make."""
+    calls, cache = other_versions
+    want = _fresh_process_ranges(True)
+    (path,) = cache.glob("divergent-uncased-*.txt")
+    assert f"code={tk._probe_code_digest()} " in path.read_text()
+    tk._probe_code_digest.cache_clear()
+    monkeypatch.setattr(tk, "__file__", str(cache / "other_tokenization.py"))
+    (cache / "other_tokenization.py").write_text("# another version of the module\n")
+    try:
+        assert _fresh_process_ranges(True) == want and calls == [True, True]
+        assert len(list(cache.glob("divergent-uncased-*.txt"))) == 2
+        (cache / "other_tokenization.py").unlink()  # no source to digest: nothing kept, nothing read
+        tk._probe_code_digest.cache_clear()
+        assert tk._probe_cache_path(True, ("1", "2")) is None
+        assert _fresh_process_ranges(True) == want and calls == [True, True, True]
+    finally:
+        tk._probe_code_digest.cache_clear()
+
+
+def test_a_table_kept_by_another_user_is_not_read(other_versions, monkeypatch):
+    """A shared cache directory: a file owned by another user is not trusted; the process probes."""
+    calls, cache = other_versions
+    want = _fresh_process_ranges(True)
+    (path,) = cache.glob("divergent-uncased-*.txt")
+    assert _fresh_process_ranges(True) == want and calls == [True]  # its own file: read
+    monkeypatch.setattr(os, "geteuid", lambda: path.stat().st_uid + 1)  # as another user sees it
+    assert _fresh_process_ranges(True) == want and calls == [True, True]
 
 
 def test_a_tokenizer_finds_the_divergent_characters_at_its_first_non_ascii_text(tiny_vocab_file, monkeypatch):

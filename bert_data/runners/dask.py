@@ -154,7 +154,7 @@ def _client(config: Config, distributed) -> Iterator[object]:
         elif config.scheduler_file:  # its address, read (and checked at start-up) by startup.scheduler_address_in
             client = distributed.Client(scheduler_address_in(config.scheduler_file), timeout="30s", set_as_default=False)
         else:
-            _local_worker_environment()
+            _local_worker_environment(config)
             try:
                 with _interrupts_blocked():
                     cluster = _local_cluster(config, distributed)
@@ -288,7 +288,7 @@ def _connection(config: Config) -> Iterator[object]:
             yield client
 
 
-def _local_worker_environment() -> None:
+def _local_worker_environment(config: Config) -> None:
     """Dask starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so glibc gives memory back to the
     kernel after every large free and takes it again on the next batch: measured here, that costs
     a group ~25% more CPU (page faults) than the local runner's workers. Our workers' memory is
@@ -310,14 +310,19 @@ def _local_worker_environment() -> None:
         "distributed.worker.memory.monitor-interval": "500ms",
         "distributed.admin.system-monitor.interval": "2s",
     })
-    _preloading_fork_server()
+    _preloading_fork_server(config)
 
 
-# What a worker process needs before its first group: imported once, in the fork server.
-FORK_SERVER_PRELOAD = ["distributed", "numpy", "spacy", "bert_data.group"]
+def fork_server_preload(config: Config) -> list:
+    """What a worker process needs before its first group, imported once in the fork server:
+    spaCy as the rule-based sentencizer loads it (:mod:`bert_data.runners.preload`), or as a
+    named pipeline does (which may need PyTorch)."""
+    if config.lines_are_sentences:  # (sentences are lines: spaCy is never loaded)
+        return ["distributed", "numpy", "bert_data.group"]
+    return ["distributed", "numpy", "spacy" if config.spacy_model else "bert_data.runners.preload", "bert_data.group"]
 
 
-def _preloading_fork_server() -> None:
+def _preloading_fork_server(config: Config) -> None:
     """Start the LocalCluster's workers from a fork server that has imported Dask, spaCy and our
     per-group code once (multiprocessing's ``forkserver`` with a preload list). A spawned worker
     imports them itself: ~1.8 s of CPU per worker (spaCy 0.95, distributed 0.6, ours 0.2) taken
@@ -332,7 +337,7 @@ def _preloading_fork_server() -> None:
     from distributed.utils import get_mp_context
 
     context = get_mp_context()  # Dask sets its own preload list on its first call, and never again
-    context.set_forkserver_preload(FORK_SERVER_PRELOAD)  # type: ignore[attr-defined]
+    context.set_forkserver_preload(fork_server_preload(config))  # type: ignore[attr-defined]
 
 
 def run_groups_dask(
