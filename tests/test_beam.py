@@ -71,6 +71,33 @@ def test_beam_multiprocess_matches_local(tmp_path: Path) -> None:
     assert manifest(tmp_path / "beam")["documents"]["skipped"] == {"empty": 1}
 
 
+def test_a_document_edited_while_the_pipeline_runs_is_one_line_and_leaves_no_shard(tmp_path: Path, monkeypatch, capsys) -> None:
+    """As with the local runner: a document edited while the pipeline read the corpus makes records
+    of neither version. The last step stats the local documents again before the commit: the
+    shards the pipeline published are removed, one line names the document, exit 2."""
+    from bert_data.runners import beam as beam_runner
+
+    metadata = make_corpus(tmp_path / "corpus")
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    edited = tmp_path / "corpus" / "docs" / "doc007.txt"
+    process = beam_runner.ProcessGroupFn.process
+
+    def process_then_edit(self, line):
+        yield from process(self, line)
+        with open(edited, "a", encoding="utf-8") as handle:  # (each group's turn: at least once, after its read)
+            handle.write("An edit made while the run read the corpus.\n")
+
+    monkeypatch.setattr(beam_runner.ProcessGroupFn, "process", process_then_edit)
+    out = tmp_path / "beam"
+    assert main(base_args(metadata, vocab, out, runner="beam") + ["--", "--direct_running_mode=in_memory"]) == 2  # (in this process: the patch holds)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{edited} changed (" in err[0] and "while the run read it; nothing was published" in err[0]
+    assert sorted(p.name for p in out.iterdir()) == [], "no shard, manifest or work files left"
+    monkeypatch.undo()
+    assert main(base_args(metadata, vocab, out, runner="beam", overwrite=True)) == 0  # the corrected rerun
+
+
 # --- remote paths: a test file system with a scheme, backed by a local directory ---------------
 
 

@@ -46,11 +46,11 @@ from typing import Dict, Sequence, Tuple
 
 from .. import storage
 from ..config import Config
-from ..errors import BertDataError, ConfigError, NothingUsableError, OutputError
+from ..errors import BertDataError, ConfigError, MetadataError, NothingUsableError, OutputError
 from ..format.containers import container_of, require_concatenation, require_tfrecord_shards
 from ..format.manifest import MANIFEST_NAME, VocabIdentity
 from ..group import build_resources
-from ..metadata import MetadataSummary, decode_group
+from ..metadata import decode_group
 from ..output.outputs import Output, open_output
 from ..output.fragment import copy_runs, publish_fragment
 from ..output.local_dir import prepare_output_dir, run_inputs
@@ -58,7 +58,7 @@ from ..output.naming import PARTIAL_SUFFIX, WORK_DIR_NAME, fragment_name, shard_
 from ..output.object_store import prepare_remote_output_dir
 from ..storage import is_remote, join as _join
 from .finish import finish, quality_warnings
-from .plan import plan_run
+from .plan import input_stamps, plan_run, require_unchanged_documents
 from .startup import input_fingerprints, startup_checks
 from .worker import named_as_given, stage_sources, write_group
 from ..output.scratch import scratch_dir
@@ -216,21 +216,32 @@ class PublishedShards:
         return self.output.commit(manifest)
 
     def discard(self) -> None:
+        """Nothing of the run stays: the shards the WriteShard step published (none when nothing
+        usable was made) and the work directory."""
+        storage.delete([_join(self.output.output_dir, name) for name in self.per_shard])
         self.output.discard()
 
 
-def finalize(shard_counts, stats, config: Config, summary: MetadataSummary, vocab: VocabIdentity, inputs: Dict) -> None:
+def finalize(shard_counts, stats, config: Config, driver: Dict) -> None:
     """Last step, inside the pipeline (so a job whose driver went away still completes): the
     run's one finish sequence (:func:`bert_data.runners.finish.finish`) over the shards the
-    pipeline wrote: nothing usable -> nothing published, exit 2; else the manifest from the
-    summed counters, ``data_params.json`` written (the commit point), then the work dir removed."""
+    pipeline wrote: a local document changed since the run began -> the shards discarded, one
+    line, exit 2 (records of neither version); nothing usable -> nothing published, exit 2; else
+    the manifest from the summed counters, ``data_params.json`` written (the commit point), then
+    the work dir removed. ``driver``: what :func:`run_beam` knew (see :func:`build_pipeline`)."""
     names = shard_file_names(config.name, config.num_output_files, container_of(config).suffix)
     records = {shard: count for shard, count, _bytes in shard_counts}
     if sorted(records) != list(range(config.num_output_files)):
         raise RuntimeError(f"the pipeline wrote shards {sorted(records)}, expected all {config.num_output_files}")
     per_shard = {names[i]: records[i] for i in range(config.num_output_files)}
     output = PublishedShards(open_output(config), per_shard)
-    finish(output, config=config, stats=Counter(stats), summary=summary, vocab=vocab, inputs=inputs)
+    try:
+        require_unchanged_documents(config, driver["spool"], driver["stamps"])
+    except MetadataError:
+        output.discard()  # (the WriteShard step published the shards: none may stay as if it were data)
+        raise
+    finish(output, config=config, stats=Counter(stats), summary=driver["summary"], vocab=driver["vocab"],
+           inputs=driver["inputs"])
 
 
 # --- driver ----------------------------------------------------------------------------------
@@ -321,7 +332,9 @@ def is_direct(options) -> bool:
 
 def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: str, work_dir: str, driver: Dict):
     """``driver``: the driver's part of the manifest (the metadata summary, the vocabulary's
-    identity) for :func:`finalize`."""
+    identity, the inputs' fingerprints) and the local documents' stamps taken as the run began
+    (with the spool that lists them: the work directory's copy, which every worker reaches) for
+    :func:`finalize`."""
     import apache_beam as beam
 
     n = config.num_output_files
@@ -347,9 +360,7 @@ def build_pipeline(pipeline, config: Config, vocab_bytes: bytes, groups_path: st
         written
         | "ShardCounts" >> beam.combiners.ToList()
         | "Finalize"
-        >> beam.Map(
-            finalize, beam.pvalue.AsSingleton(stats), config, driver["summary"], driver["vocab"], driver["inputs"],
-        )
+        >> beam.Map(finalize, beam.pvalue.AsSingleton(stats), config, driver)
     )
 
 
@@ -381,8 +392,11 @@ def run_beam(config: Config, pipeline_args: Sequence[str] = ()) -> Dict:
         # The vocabulary as the user named it (a URL stays a URL), hashed from the bytes shipped to workers.
         identity = VocabIdentity.of(config.vocab_file, vocab_bytes, len(vocab))
         inputs = input_fingerprints(config, summary, local_vocab)
+        # The local documents' size and time now (URL ones are not stat'ed), checked again before
+        # the commit: a document edited while the pipeline read it makes records of neither version.
+        stamps = input_stamps(config, spool_path)
         build_pipeline(pipeline, config, vocab_bytes, groups_path, work_dir,
-                       {"summary": summary, "vocab": identity, "inputs": inputs})
+                       {"summary": summary, "vocab": identity, "inputs": inputs, "stamps": stamps, "spool": groups_path})
         try:
             _run_pipeline(pipeline, options)
         except NothingUsableError:

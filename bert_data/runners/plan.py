@@ -180,9 +180,12 @@ def plan_run(config: Config, spool_path: str) -> Tuple[Config, MetadataSummary]:
 
 
 def planned_groups(config: Config, spool_path: str) -> Iterator[Tuple[int, List[WorkItem]]]:
-    with open(spool_path, encoding="ascii") as spool:
+    """The groups of the spool (a path, or a URL: the Beam runner's copy in the work directory)."""
+    from .. import storage
+
+    with storage.open_read(spool_path) as spool:
         for line in spool:
-            yield decode_group(line, config.metadata_files)
+            yield decode_group(line.decode("ascii"), config.metadata_files)
 
 
 # --- what the run reads stays what it planned ------------------------------------------------------
@@ -236,6 +239,16 @@ def require_unchanged_inputs(config: Config, spool_path: str, before: np.ndarray
             f"--vocab_file {config.vocab_file} changed while the run read it; nothing was published: run again with "
             f"--overwrite once it no longer changes (--resume cannot continue a run whose inputs changed)"
         )
+    require_unchanged_documents(config, spool_path, before)
+
+
+def require_unchanged_documents(config: Config, spool_path: str, before: np.ndarray) -> None:
+    """The documents' (or token cache's) part of :func:`require_unchanged_inputs`, which the Beam
+    runner calls on its own (its workers get the vocabulary's bytes from the driver, once)."""
+    from ..errors import MetadataError
+
+    if not len(before):  # (nothing local was read: URL documents are not stat'ed)
+        return
     for index, (path, where) in enumerate(_read_files(config, spool_path)):
         size, _ = now = _stamp(path)
         if index >= len(before) or tuple(before[index]) == now:
