@@ -7,11 +7,11 @@ is named after the moment of the run it kills, so a test says what it breaks:
 * ``BERT_DATA_CRASH_AT=STAGE:GROUP`` (:func:`crash_point`) kills this process with SIGKILL at
   STAGE for group GROUP: ``appended`` (a group's fragment appended to the partial shards; the
   previous group's journal entry may still be on its way), ``checkpointed`` (its journal entry
-  written, on the journal's thread: the next group may have written past it already), ``indexed`` (a URL output's group index
-  written), ``published`` (shards in place, manifest not yet; GROUP is 0), ``worker`` (a worker
-  process about to make GROUP, as the OOM killer would), ``moved`` (BERT-named output file GROUP
-  renamed into place), ``tokenized`` (`bert-data tokenize`: group GROUP's tokens written, its
-  sidecar not yet).
+  written, on the journal's thread: the next group may have written past it already),
+  ``indexed`` (a URL output's group index written), ``published`` (shards in place, manifest
+  not yet; GROUP is 0), ``worker`` (a worker process about to make GROUP, as the OOM killer
+  would), ``moved`` (BERT-named output file GROUP renamed into place), ``tokenized``
+  (`bert-data tokenize`: group GROUP's tokens written, its sidecar not yet).
 * ``BERT_DATA_DASK_PAUSE=MARKER:GROUP``, ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` and
   ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` (:func:`dask_worker_faults`): a Dask worker making GROUP
   waits two minutes after creating MARKER (a run stopped while a group is surely in flight),

@@ -539,23 +539,16 @@ def _kept_probe(do_lower_case: bool, key: tuple[str, str]) -> list[tuple[int, in
 
 
 def _keep_probe(do_lower_case: bool, key: tuple[str, str], ranges: list[tuple[int, int]]) -> None:
-    """Best effort: written to a temporary name and renamed, so a reader sees all or nothing; a
-    cache that cannot be written (read-only home, full disk) only means the next process probes."""
+    """Best effort, published atomically (:func:`bert_data.storage.write_bytes`: a reader sees all
+    or nothing); a cache that cannot be written (read-only home, full disk) only means the next
+    process probes."""
     path = _probe_cache_path(do_lower_case, key)
     if path is None:
         return
-    import tempfile
+    from bert_data import storage
 
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".divergent-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write(_probe_cache_text(do_lower_case, key, _format_ranges(ranges)))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        storage.write_bytes(path, _probe_cache_text(do_lower_case, key, _format_ranges(ranges)).encode("ascii"))
     except OSError:
         pass
 
@@ -566,9 +559,9 @@ def _divergent_ranges(do_lower_case: bool) -> tuple[tuple[int, int], ...]:
     if key == _PRECOMPUTED_KEY:
         probed = _parse_ranges(_PRECOMPUTED[do_lower_case])
     else:
-        kept = _kept_probe(do_lower_case, key)
-        probed = kept if kept is not None else _ranges(_probe_divergent(do_lower_case))
-        if kept is None:
+        probed = _kept_probe(do_lower_case, key)
+        if probed is None:
+            probed = _ranges(_probe_divergent(do_lower_case))
             _keep_probe(do_lower_case, key, probed)
     extra = [(_SIGMA, _SIGMA)] if do_lower_case else []
     merged: list[tuple[int, int]] = []

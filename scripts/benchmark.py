@@ -271,13 +271,13 @@ def child_main(spec_json: str) -> int:
         seconds.update(result.seconds)
         groups[0] += 1
 
-    def cpu() -> float:
-        self_, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
-
     def own_cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
+
+    def cpu() -> float:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own_cpu() + children.ru_utime + children.ru_stime
 
     cpu_before, own_before = cpu(), own_cpu()
     started = time.perf_counter()

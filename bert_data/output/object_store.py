@@ -284,7 +284,7 @@ class ObjectStoreOutput:
         return (group for group in planned if group[0] not in done)
 
     def shard_files(self) -> Sequence[int]:
-        """None to write in place: every group is a fragment in the shared work directory."""
+        """No partial shard to write onto: every group is a fragment in the shared work directory."""
         return ()
 
     def accept(self, result, stats: Counter) -> None:
