@@ -37,6 +37,10 @@ runner or resume, and it holds the same records in the same order. A rewriting c
   the file(s) and returns ``[(file name, records)]`` in order (one file, or several when the
   format cuts a shard into pieces, as MDS does); ``abort()`` removes what it wrote. Memory is
   bounded by the writer's own buffer (a row group, an MDS file), never a whole shard;
+* ``live_rows`` (optional, from the module's ``LIVE_ROWS``): a number of rows after each whole
+  multiple of which the writer holds nothing pending, whatever batches they came in; a local run
+  then rewrites its shards while it still makes groups, that many rows at a time
+  (:class:`bert_data.output.rewrite.LiveRewriter`), and the publish writes only the rest;
 * ``sidecar``: the name of one file written beside the shards once all are written (MDS's
   ``index.json``), or None; ``sidecar_bytes(entries)`` makes it from what every shard writer's
   ``close()`` reported, in shard order (a writer may keep per-file details for it in
@@ -143,6 +147,19 @@ class RewritingContainer(TFRecordContainer):
         """"" when every id of ``vocab`` fits the format, else why not (checked at start-up, before
         any work: a token id is only seen when a shard is rewritten, at the end)."""
         return ""
+
+    @property
+    def live_rows(self) -> Optional[int]:
+        """Rows after whose every whole multiple, written in any batches, the shard writer holds
+        nothing pending (its module's ``LIVE_ROWS``: Parquet's row group): the step in which
+        :class:`bert_data.output.rewrite.LiveRewriter` rewrites a shard while the run goes on.
+        None (MDS, whose writer holds a whole piece of up to 64 MB a shard; HDF5, see its module):
+        rewritten at publish only."""
+        return getattr(import_module(f"bert_data.format.{self.module}"), "LIVE_ROWS", None)
+
+    def live_writer_bytes(self, spec: ShardSpec) -> int:
+        """The memory one open shard writer holds between live steps (the module's ``live_writer_bytes``)."""
+        return import_module(f"bert_data.format.{self.module}").live_writer_bytes(spec)
 
     def open_shard(self, directory: str, shard_name: str, spec: ShardSpec) -> ShardWriter:
         return import_module(f"bert_data.format.{self.module}").ShardFileWriter(directory, shard_name, spec)

@@ -113,16 +113,34 @@ def mds_writer_class():
 
 
 def _import_writer_alone():
+    if "torch" not in sys.modules:
+        before = set(sys.modules)
+        try:
+            return _import_writer_modules(lazy_torch=True)
+        except ImportError:  # another streaming release uses torch at import: its modules go, then with torch
+            for name in set(sys.modules) - before:
+                if name.split(".")[0] == "streaming":
+                    del sys.modules[name]
+    return _import_writer_modules(lazy_torch=False)
+
+
+def _import_writer_modules(lazy_torch: bool):
     spec = importlib.util.find_spec("streaming")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("No module named 'streaming'", name="streaming")
     packages = {name: sys.modules.get(name) for name in ("streaming", "streaming.base")}
+    lazy = {name: _LazyModule(name) for name in _STAND_INS} if lazy_torch else {}
+    for name, module in lazy.items():  # each an attribute of its parent (`import torch.distributed as dist` reads it)
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(lazy[parent], child, module)
     root = types.ModuleType("streaming")
     root.__path__ = list(spec.submodule_search_locations)
     base = types.ModuleType("streaming.base")
     base.__path__ = [os.path.join(path, "base") for path in root.__path__]
     try:
         sys.modules["streaming"], sys.modules["streaming.base"] = root, base
+        sys.modules.update(lazy)
         return importlib.import_module("streaming.base.format.mds.writer").MDSWriter
     finally:  # the two packages as they were (absent); the modules under them stay (upload.py looks itself up)
         for name, module in packages.items():
@@ -130,6 +148,54 @@ def _import_writer_alone():
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
+        for name, module in lazy.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]  # a later `import torch` is the real one; the writer's `dist` loads it when used
+
+
+class _LazyModule(types.ModuleType):
+    """A module (``torch``, ``torch.distributed``) that the MDS writer's modules import but that
+    is loaded only when one of its attributes is first used. ``streaming.base.util`` imports
+    ``torch.distributed`` at its top for functions the writer never calls (index merging): PyTorch
+    would cost every MDS run 1.0 CPU-s and ~250 MB of imports. Once the writer is imported the
+    stand-ins leave ``sys.modules``; an attribute read then imports the real module and returns
+    its attribute (while they still stand in, nothing is read through them)."""
+
+    __stand_in__ = True
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):  # (__path__, __file__...: what the import machinery asks hasattr() of)
+            raise AttributeError(attribute)
+        if sys.modules.get(self.__name__) is self:  # still standing in, while the writer's modules load
+            kind = _STAND_INS[self.__name__].get(attribute)
+            if kind == "annotation":
+                return type(attribute, (), {"__module__": self.__name__, "__doc__": "bert_data's stand-in (annotations)"})
+            if kind == "function":
+                return _forwarding(self.__name__, attribute)
+            raise ImportError(f"{self.__name__}.{attribute} is used while the MDS writer's modules load")
+        return getattr(importlib.import_module(self.__name__), attribute)
+
+
+def _forwarding(module: str, name: str):
+    """A function that calls ``module.name``, importing the module at its first call."""
+
+    def forward(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    return forward
+
+
+# The torch modules the writer's modules of mosaicml-streaming 0.13 import, and the names they take from
+# them as they load: classes only to annotate functions (streaming/base/distributed.py: `from torch
+# import Tensor`), functions called only by readers (streaming/base/world.py: `get_worker_info`). Any
+# other name read while they load makes the import start over with torch (another release's modules).
+_STAND_INS: Dict[str, Dict[str, str]] = {
+    "torch": {"Tensor": "annotation"},
+    "torch.distributed": {},
+    "torch.utils": {},
+    "torch.utils.data": {"get_worker_info": "function"},
+}
 
 
 def _link_submodules() -> None:

@@ -6,6 +6,7 @@ Layout while running (names: :mod:`bert_data.output.naming`)::
     .bert_data_work/progress.json                     journal: groups appended, shard sizes, counters
     .bert_data_work/{name}-{i}.tfrecords.partial      shards being assembled
     .bert_data_work/attempts/PID-NS/fragments/        this attempt's group fragments
+    .bert_data_work/rewritten/                        Parquet, HDF5, MDS files being written
 
 The coordinator appends each finished group's fragment to the partial shards strictly in group
 order with kernel-side copies (``os.copy_file_range``), so no record passes through Python twice
@@ -17,7 +18,8 @@ the next group is made (the wait for the disk is off the run's path; journals st
 order, each after the bytes it claims); a resumed run truncates the partial shards back to the
 journal, so a group appended but not journaled is simply made again. Shards are renamed into
 place only when every group is in (:meth:`LocalDirOutput.publish`), the manifest last
-(:meth:`LocalDirOutput.commit`).
+(:meth:`LocalDirOutput.commit`). Parquet shards are rewritten from the partial shards as
+groups come in (:class:`~bert_data.output.rewrite.LiveRewriter`), the rest at publish.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ from .journal import (
     tail_checksum,
 )
 from .lock import output_lock
-from .rewrite import rewrite_shards, rewrite_threads, shard_spec
+from .rewrite import LiveRewriter, live_rewriter, rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
-    LOCK_NAME, MANIFEST_NAME, PARTIAL_SUFFIX, PROGRESS_FILE, RUN_FILE, WORK_DIR_NAME, is_shard_of, shard_file_names,
+    LOCK_NAME, MANIFEST_NAME, PARTIAL_SUFFIX, PROGRESS_FILE, REWRITTEN_DIR, RUN_FILE, WORK_DIR_NAME, is_shard_of, shard_file_names,
 )
 
 log = logging.getLogger("bert_data")
@@ -453,6 +455,7 @@ class LocalDirOutput:
         self.fragment_dir = ""
         self.next_group = 0
         self._assembler: Optional[ShardAssembler] = None
+        self._live: Optional[LiveRewriter] = None
 
     @property
     def shard_names(self) -> List[str]:
@@ -500,6 +503,9 @@ class LocalDirOutput:
                     f"free space and run the same command again"
                 ) from None
             stats = Counter()
+        if is_rewriting(self.container):  # (a resumed run's live writers start on what was journaled)
+            self._live = live_rewriter(config, self.container, os.path.join(self.work_dir, REWRITTEN_DIR),
+                                       self.shard_names, self._assembler)
         # Each attempt writes fragments into a directory of its own: anything an earlier, killed
         # attempt left behind (or a worker of it still writing) is never read.
         self.fragment_dir = os.path.join(self.work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
@@ -520,6 +526,8 @@ class LocalDirOutput:
         self._assembler.append(result.fragment_path, result.segments)
         crash_point("appended", result.group_index)
         self._assembler.checkpoint(result.group_index + 1, stats)  # (its crash point fires once the journal is written)
+        if self._live is not None:
+            self._live.advance(self._assembler)
 
     def publish(self) -> Dict[str, int]:
         try:
@@ -527,14 +535,15 @@ class LocalDirOutput:
                 return self._publish_rewritten()
             return self._assembler.publish()
         finally:
-            self._assembler.close()
+            self.close()
 
     def _publish_rewritten(self) -> Dict[str, int]:
         """Every partial shard (a TFRecord stream) rewritten into the container's file(s)
         (:mod:`bert_data.output.rewrite`), each renamed into place when whole, the sidecar last.
         The partial shards stay until the commit: a run killed here is resumed by rewriting again."""
+        started = self._live.handover() if self._live is not None else ()
         sources = self._assembler.finish_partials()
-        rewritten = os.path.join(self.work_dir, "rewritten")
+        rewritten = os.path.join(self.work_dir, REWRITTEN_DIR)
 
         def place(name: str) -> None:  # on disk before its name is (as the TFRecord shards are)
             fd = os.open(os.path.join(rewritten, name), os.O_RDONLY)
@@ -545,7 +554,7 @@ class LocalDirOutput:
             os.replace(os.path.join(rewritten, name), os.path.join(self.output_dir, name))
 
         per_file, sidecar = rewrite_shards(sources, self.shard_names, self.container, rewritten,
-                                           shard_spec(self.config), place, rewrite_threads(self.config))
+                                           shard_spec(self.config), place, rewrite_threads(self.config), started)
         if sidecar is not None:
             write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar)
         return per_file
@@ -566,6 +575,9 @@ class LocalDirOutput:
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def close(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()  # its unfinished files removed (those the publish finished are in place already)
         if self._assembler is not None:
             self._assembler.close()
 

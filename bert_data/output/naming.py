@@ -33,6 +33,7 @@ MANIFEST_NAME = "data_params.json"
 WORK_DIR_NAME = ".bert_data_work"
 RUN_FILE = "run.json"  # the settings of the run in progress (checked by --resume)
 PROGRESS_FILE = "progress.json"  # journal: groups merged so far, shard sizes, counters
+REWRITTEN_DIR = "rewritten"  # in the work directory: a rewriting container's files before they are placed
 PARTIAL_SUFFIX = ".partial"
 NAMED_MANIFEST_SUFFIX = ".data_params.json"
 STAGING_SUFFIX = ".bert_data"

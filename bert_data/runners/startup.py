@@ -198,7 +198,8 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     may not fit in the free space of ``--output_dir``'s file system, else "". A format that is
     rewritten from assembled TFRecord shards at publish (Parquet, MDS, HDF5:
     :mod:`bert_data.output.rewrite`) holds those shards and the shards being rewritten at once
-    (one per rewrite thread) at its peak; gzip is advised only where the format takes it."""
+    (one per rewrite thread, or every shard it rewrites while the run goes on: live_shards) at its
+    peak; gzip is advised only where the format takes it."""
     if "://" in config.output_dir or not input_bytes:
         return ""
     probe = os.path.abspath(config.output_dir)
@@ -213,10 +214,12 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     estimate = int(input_bytes * config.dupe_factor * ratio)
     rewritten = config.output_format != "tfrecord"
     if rewritten:  # (a rewritten shard is smaller than its TFRecords: counted at their size, to be safe)
-        from ..output.rewrite import rewrite_threads
+        from ..format.containers import container_of
+        from ..output.rewrite import live_shards, rewrite_threads
 
         shards = max(1, config.num_output_files)
-        estimate += estimate * min(rewrite_threads(config), shards) // shards
+        at_once = max(min(rewrite_threads(config), shards), live_shards(config, container_of(config), shards))
+        estimate += estimate * at_once // shards
     if estimate <= free:
         return ""
     advice = "free space or choose another --output_dir" if rewritten else "free space, or use --compression gzip"
