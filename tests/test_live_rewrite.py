@@ -260,3 +260,43 @@ def test_iter_record_run_refuses_a_damaged_or_short_run() -> None:
     data[40] ^= 0xFF  # a payload byte of an early record: its CRC no longer matches
     with pytest.raises(RecordFormatError):
         list(iter_record_run(io.BytesIO(bytes(data)), len(data), 10))
+
+
+def test_close_awaits_a_running_step_before_removing_its_files(corpus, tmp_path) -> None:
+    """A stop (a signal in the publish's wait for the steps, or any error) while a step is writing:
+    the step gives up at its next batch, and only then is its writer aborted (never under it)."""
+    from types import SimpleNamespace
+
+    from bert_data.config import Config
+
+    out = tmp_path / "tfrecord"
+    assert main(base_args(corpus["metadata"], corpus["vocab"], out, split_num=2, num_output_files=1)) == 0
+    partial = out / "examples-1.tfrecords"
+    records = json.loads((out / "data_params.json").read_text())["instances_per_shard"]["examples-1.tfrecords"]
+    writing, release, events = threading.Event(), threading.Event(), []
+
+    class Writer:
+        def write(self, arrays) -> None:
+            writing.set()
+            release.wait(60)
+            events.append("write")
+
+        def abort(self) -> None:
+            events.append("abort")
+
+    container = SimpleNamespace(live_rows=2, open_shard=lambda *args: Writer())
+    live = rewrite.LiveRewriter(container, str(tmp_path / "rewritten"), ["x"], [str(partial)],
+                                rewrite.shard_spec(Config(max_seq_length=32, max_predictions_per_seq=5)), threads=1)
+    live.advance(SimpleNamespace(bytes_per_shard=[partial.stat().st_size], records_per_shard=[records]))
+    assert writing.wait(60)
+    handover = threading.Thread(target=live.handover, daemon=True)  # the publish's wait, which a signal cuts short
+    handover.start()
+    handover.join(0.2)
+    assert handover.is_alive()
+    closer = threading.Thread(target=live.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive() and events == []  # close() is waiting for the step, the writer untouched
+    release.set()
+    closer.join(60)
+    assert not closer.is_alive() and events == ["write", "abort"]

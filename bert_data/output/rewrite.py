@@ -219,8 +219,8 @@ class LiveRewriter:
         self.shards = [LiveShard(name, directory) for name in names]
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(max_workers=max(1, threads),
-                                                                       thread_name_prefix="bert_data-rewrite")
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="bert_data-rewrite")
+        self._taking = True  # steps may still be started (until handover, close, or no thread to be had)
 
     def advance(self, assembler) -> None:
         """The partial shards now hold the ``assembler``'s accepted bytes and records (its
@@ -230,14 +230,14 @@ class LiveRewriter:
         with self._lock:
             for index, shard in enumerate(self.shards):
                 shard.known_bytes, shard.known_records = int(bytes_per_shard[index]), int(records_per_shard[index])
-                if self._pool is None or shard.busy or shard.failed or shard.known_records - shard.records < self.rows:
+                if not self._taking or shard.busy or shard.failed or shard.known_records - shard.records < self.rows:
                     continue
                 shard.busy = True
                 try:
                     self._pool.submit(self._steps, index)
-                except RuntimeError:  # no thread to be had (ulimit -u): the publish does it all, as without us
+                except RuntimeError:  # no thread to be had (ulimit -u): the publish does the rest, as without us
                     shard.busy = False
-                    self._pool = None
+                    self._taking = False
 
     def _steps(self, index: int) -> None:
         """Shard ``index``'s live work, step by step, while there is a whole ``live_rows`` to do."""
@@ -252,8 +252,8 @@ class LiveRewriter:
                     end = shard.known_bytes
                 self._step(index, rows, end)
         except BaseException:
-            with self._lock:
-                shard.busy = False
+            with self._lock:  # (failed with busy: no advance() may start a step on this writer meanwhile)
+                shard.busy, shard.failed = False, True
             shard.abort()
 
     def _step(self, index: int, rows: int, end: int) -> None:
@@ -286,10 +286,12 @@ class LiveRewriter:
             shard.abort()
 
     def _shutdown(self, wait_for_steps: bool) -> None:
+        """No step started from now on; the running ones awaited (queued ones dropped unless
+        ``wait_for_steps``). Safe to call again: a signal in :meth:`handover`'s wait, then
+        :meth:`close`, awaits the running steps again before their files go."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=not wait_for_steps)
+            self._taking = False
+        self._pool.shutdown(wait=True, cancel_futures=not wait_for_steps)
 
 
 LIVE_MEMORY = 128 << 20  # what the open live writers may hold together (their estimate, live_writer_bytes)
