@@ -16,6 +16,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,6 +231,40 @@ def test_killed_while_rewriting_live_then_resumed_gives_the_clean_bytes(corpus, 
     assert resumed.returncode == 0, resumed.stderr
     assert _files(out) == want
     assert not (out / ".bert_data_work").exists()
+
+
+@pytest.mark.parametrize("obstacle", ["fifo", "directory", "read-only file", "fifo as the directory"])
+def test_what_an_interrupted_run_left_being_rewritten_never_blocks_the_resume(corpus, tmp_path, monkeypatch, small_rows, obstacle) -> None:
+    """Whatever is at the paths an earlier attempt was rewriting (a FIFO, which an open would wait
+    on for ever; a directory; a file that cannot be written) is removed by ``--resume``, not opened."""
+    _need("pyarrow")
+    want = _at_publish_only(corpus, tmp_path / "publish", "parquet", monkeypatch)
+    out = tmp_path / "out"
+    args = _args(corpus, out, "parquet")
+
+    def run(extra: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", CHILD, *args, *extra], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=120)
+
+    assert run([], {"BERT_DATA_CRASH_AT": "checkpointed:5"}).returncode == -signal.SIGKILL
+    rewritten = out / ".bert_data_work" / "rewritten"
+    if obstacle == "fifo as the directory":
+        shutil.rmtree(rewritten, ignore_errors=True)
+        os.mkfifo(rewritten)
+    else:
+        rewritten.mkdir(exist_ok=True)
+        target = rewritten / "examples-1.parquet"
+        target.unlink(missing_ok=True)
+        if obstacle == "fifo":
+            os.mkfifo(target)
+        elif obstacle == "directory":
+            (target / "inside").mkdir(parents=True)
+        else:
+            target.write_bytes(b"x")
+            target.chmod(0o444)
+    resumed = run(["--resume"], {})
+    assert resumed.returncode == 0, resumed.stderr
+    assert _files(out) == want
 
 
 # --- iter_record_run: the bounded reading of a run of a partial shard ---------------------------------

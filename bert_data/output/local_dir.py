@@ -409,11 +409,13 @@ def clear_unsplit_run(output_dir: str, name: str, overwrite: bool, suffix: str, 
 
 
 def clear_fragments(work_dir: str) -> None:
-    """Drop every fragment of earlier attempts: groups not journaled are simply made again."""
-    for name in ("fragments", "attempts"):
-        path = os.path.join(work_dir, name)
-        if os.path.isdir(path):
+    """Drop earlier attempts' fragments (unjournaled groups are made again) and files being rewritten
+    (rewritten again from the partials), whatever they are: a FIFO is removed, never opened."""
+    for path in (os.path.join(work_dir, name) for name in ("fragments", "attempts", REWRITTEN_DIR)):
+        if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
 
 
 def load_resume_state(output_dir: str, settings: Mapping, suffix: str) -> Optional[Dict]:
