@@ -191,6 +191,29 @@ def base_args(metadata: Path, vocab: Path, out: Path, **extra: object) -> List[s
     return args
 
 
+RUN_FIELDS = ("output_dir", "num_workers", "resume", "overwrite", "inputs", "bert_data_version", "runner")
+
+
+def published_files(out: Path) -> Dict[str, bytes]:
+    """Every file a run published, by name; the manifest without the fields that name the run's
+    own paths, worker count, flags or version (:data:`RUN_FIELDS`): what two runs that must write
+    the same bytes are compared on."""
+    import json
+
+    got = {}
+    for path in sorted(out.iterdir()):
+        if path.name.startswith("."):
+            continue
+        if path.name == "data_params.json":
+            data = json.loads(path.read_text())
+            for key in RUN_FIELDS:
+                data.pop(key, None)
+            got[path.name] = json.dumps(data, sort_keys=True).encode()
+        else:
+            got[path.name] = path.read_bytes()
+    return got
+
+
 def make_group(per_document_sentence_ids):
     """A TokenizedGroup of documents given as lists of token-id arrays, through the production
     constructor (``TokenizedGroup.from_sentences``, what the tokenization stage calls)."""

@@ -22,11 +22,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
-from conftest import base_args, write_corpus, write_vocab
+from conftest import base_args, published_files, write_corpus, write_vocab
 
 from bert_data.errors import RecordFormatError
 from bert_data.format.batch_decode import iter_record_run
@@ -88,20 +88,7 @@ def _args(corpus, out: Path, fmt: str, **extra) -> List[str]:
     return base_args(corpus["metadata"], corpus["vocab"], out, split_num=2, dupe_factor=3, **{**FLAGS[fmt], **extra})
 
 
-def _files(out: Path) -> Dict[str, bytes]:
-    """What a run published, its manifest without the fields that name the run's own paths."""
-    got = {}
-    for path in sorted(out.iterdir()):
-        if path.name.startswith("."):
-            continue
-        if path.name == "data_params.json":
-            data = json.loads(path.read_text())
-            for key in ("output_dir", "num_workers", "resume", "overwrite", "inputs", "bert_data_version", "runner"):
-                data.pop(key, None)
-            got[path.name] = json.dumps(data, sort_keys=True).encode()
-        else:
-            got[path.name] = path.read_bytes()
-    return got
+_files = published_files
 
 
 def _at_publish_only(corpus, out: Path, fmt: str, monkeypatch) -> Dict[str, bytes]:
@@ -214,20 +201,21 @@ CHILD = (
 )
 
 
+def _child(args: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """create_tfrecords ``args`` in a child process whose row groups are SMALL rows (live steps)."""
+    return subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
 @pytest.mark.parametrize("crash_at", ["checkpointed:3", "appended:7"])
 def test_killed_while_rewriting_live_then_resumed_gives_the_clean_bytes(corpus, tmp_path, monkeypatch, small_rows, crash_at) -> None:
     _need("pyarrow")
     want = _at_publish_only(corpus, tmp_path / "publish", "parquet", monkeypatch)
     out = tmp_path / "out"
     args = _args(corpus, out, "parquet")
-
-    def child(extra: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", CHILD, *args, *extra], capture_output=True, text=True,
-                              env={**os.environ, **env}, timeout=300)
-
-    killed = child([], {"BERT_DATA_CRASH_AT": crash_at})
+    killed = _child(args, {"BERT_DATA_CRASH_AT": crash_at})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    resumed = child(["--resume"], {})
+    resumed = _child(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert _files(out) == want
     assert not (out / ".bert_data_work").exists()
@@ -241,12 +229,7 @@ def test_what_an_interrupted_run_left_being_rewritten_never_blocks_the_resume(co
     want = _at_publish_only(corpus, tmp_path / "publish", "parquet", monkeypatch)
     out = tmp_path / "out"
     args = _args(corpus, out, "parquet")
-
-    def run(extra: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", CHILD, *args, *extra], capture_output=True, text=True,
-                              env={**os.environ, **env}, timeout=120)
-
-    assert run([], {"BERT_DATA_CRASH_AT": "checkpointed:5"}).returncode == -signal.SIGKILL
+    assert _child(args, {"BERT_DATA_CRASH_AT": "checkpointed:5"}).returncode == -signal.SIGKILL
     rewritten = out / ".bert_data_work" / "rewritten"
     if obstacle == "fifo as the directory":
         shutil.rmtree(rewritten, ignore_errors=True)
@@ -262,7 +245,7 @@ def test_what_an_interrupted_run_left_being_rewritten_never_blocks_the_resume(co
         else:
             target.write_bytes(b"x")
             target.chmod(0o444)
-    resumed = run(["--resume"], {})
+    resumed = _child(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert _files(out) == want
 

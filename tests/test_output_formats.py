@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import base_args, write_corpus, write_vocab
+from conftest import base_args, published_files, write_corpus, write_vocab
 
 from bert_data.config import Config
 from bert_data.format.batch_decode import decode_examples, iter_record_batches
@@ -64,20 +64,7 @@ def _run(corpus, out: Path, **extra) -> Path:
     return out
 
 
-def _files(out: Path) -> Dict[str, bytes]:
-    """Every file a run published (the manifest without the fields naming the run's paths)."""
-    got = {}
-    for path in sorted(out.iterdir()):
-        if path.name.startswith("."):
-            continue
-        if path.name == "data_params.json":
-            data = json.loads(path.read_text())
-            for key in ("output_dir", "num_workers", "resume", "overwrite", "inputs", "bert_data_version", "runner"):
-                data.pop(key, None)
-            got[path.name] = json.dumps(data, sort_keys=True).encode()
-        else:
-            got[path.name] = path.read_bytes()
-    return got
+_files = published_files
 
 
 def _tfrecord_arrays(out: Path, config: Config) -> Dict[str, np.ndarray]:
