@@ -505,9 +505,9 @@ class LocalDirOutput:
                     f"free space and run the same command again"
                 ) from None
             stats = Counter()
-        if is_rewriting(self.container):  # (a resumed run's live writers start on what was journaled)
-            self._live = live_rewriter(config, self.container, os.path.join(self.work_dir, REWRITTEN_DIR),
-                                       self.shard_names, self._assembler)
+        # Parquet's shards rewritten as groups come in (None: another format); a resumed run's from what was journaled
+        self._live = live_rewriter(config, self.container, os.path.join(self.work_dir, REWRITTEN_DIR),
+                                   self.shard_names, self._assembler)
         # Each attempt writes fragments into a directory of its own: anything an earlier, killed
         # attempt left behind (or a worker of it still writing) is never read.
         self.fragment_dir = os.path.join(self.work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")

@@ -123,7 +123,7 @@ def rewrite_shards(
             raise RewriteStopped(names[shard])
         try:
             live = started[shard] if shard < len(started) else None
-            done = live.finish(sources[shard], spec, stop) if live is not None else None
+            done = live.finish(spec, stop) if live is not None else None
             files, entries = done or rewrite_shard(sources[shard], container, directory, names[shard], spec, stop)
             for name, _ in files:
                 place(name)
@@ -156,11 +156,13 @@ LIVE_ROOM_MARGIN = 256 << 20  # free bytes a live step leaves besides its own: t
 
 @dataclass
 class LiveShard:
-    """One shard's writer as the live rewriter has fed it: ``records`` records, the partial
-    shard's first ``offset`` bytes, are written (nothing of them pending in the writer)."""
+    """One shard's writer as the live rewriter has fed it: ``records`` records, the first
+    ``offset`` bytes of its partial shard ``source``, are written (nothing of them pending in the
+    writer, which writes ``name`` in ``directory``)."""
 
     name: str
     directory: str
+    source: str
     writer: object = None
     offset: int = 0
     records: int = 0
@@ -169,21 +171,30 @@ class LiveShard:
     busy: bool = False  # a step of this shard is queued or running on the rewriter's threads
     failed: bool = False  # its live work was dropped: the publish rewrites it from the start
 
-    def finish(self, source: str, spec: ShardSpec, stop: threading.Event) -> Optional[Tuple[Files, object]]:
-        """The rest of the partial shard ``source`` written and the file(s) closed, as
-        :func:`rewrite_shard` returns them; None (the writer aborted) if anything failed, so the
-        caller rewrites the whole shard and meets the failure, if it is one, there."""
-        if self.writer is None or self.failed:
+    def write_run(self, end: int, records: int, spec: ShardSpec, stop: threading.Event, margin: int = 0) -> None:
+        """The next ``records`` records of the partial shard (within its first ``end`` bytes)
+        written, after checking for room (their TFRecords' bytes and ``margin``)."""
+        _require_room(end - self.offset + margin, os.path.join(self.directory, self.name))
+        read = 0
+        with open(self.source, "rb") as handle:
+            handle.seek(self.offset)
+            for batch in iter_record_run(handle, end - self.offset, records):
+                feed(self.writer, (batch,), spec, self.source, self.name, stop)
+                read = batch.position
+        self.offset += read
+        self.records += records
+
+    def finish(self, spec: ShardSpec, stop: threading.Event) -> Optional[Tuple[Files, object]]:
+        """The rest of the partial shard written and the file(s) closed, as :func:`rewrite_shard`
+        returns them; None (the writer aborted) if anything failed, so the caller rewrites the
+        whole shard and meets the failure, if it is one, there."""
+        if self.writer is None:
             return None
         try:
-            size = os.path.getsize(source)
+            size = os.path.getsize(self.source)
             if size != self.known_bytes:  # (the partial is not what the last group left: never trust the writer)
-                raise OutputError(f"{source} changed under the rewriter")
-            _require_room(size - self.offset, os.path.join(self.directory, self.name))
-            with open(source, "rb") as handle:
-                handle.seek(self.offset)
-                feed(self.writer, iter_record_run(handle, size - self.offset, self.known_records - self.records),
-                     spec, source, self.name, stop)
+                raise OutputError(f"{self.source} changed under the rewriter")
+            self.write_run(size, self.known_records - self.records, spec, stop)
             files = self.writer.close()
         except RewriteStopped:
             self.abort()
@@ -215,8 +226,7 @@ class LiveRewriter:
         self.directory = directory
         self.spec = spec
         self.rows = int(container.live_rows)
-        self.paths = list(partial_paths)
-        self.shards = [LiveShard(name, directory) for name in names]
+        self.shards = [LiveShard(name, directory, path) for name, path in zip(names, partial_paths)]
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="bert_data-rewrite")
@@ -258,25 +268,17 @@ class LiveRewriter:
 
     def _step(self, index: int, rows: int, end: int) -> None:
         """The next ``rows`` records of shard ``index`` (within its first ``end`` bytes) written."""
-        shard, path = self.shards[index], self.paths[index]
+        shard = self.shards[index]
         os.makedirs(self.directory, exist_ok=True)
-        _require_room(end - shard.offset + LIVE_ROOM_MARGIN, os.path.join(self.directory, shard.name))
         if shard.writer is None:
             shard.writer = self.container.open_shard(self.directory, shard.name, self.spec)
-        read = 0
-        with open(path, "rb") as handle:
-            handle.seek(shard.offset)
-            for batch in iter_record_run(handle, end - shard.offset, rows):
-                feed(shard.writer, (batch,), self.spec, path, shard.name, self._stop)
-                read = batch.position
-        shard.offset += read
-        shard.records += rows
+        shard.write_run(end, rows, self.spec, self._stop, LIVE_ROOM_MARGIN)
 
     def handover(self) -> List[Optional[LiveShard]]:
         """Every step done (none is started after this), then each shard's live state for
         :func:`rewrite_shards` (None for a shard the rewriter never started or dropped)."""
         self._shutdown(wait_for_steps=True)
-        return [shard if shard.writer is not None and not shard.failed else None for shard in self.shards]
+        return [shard if shard.writer is not None else None for shard in self.shards]  # (a dropped one has none)
 
     def close(self) -> None:
         """The run stops without publishing: steps give up within a batch, live files removed."""
