@@ -160,7 +160,7 @@ def test_the_tfrecord_reader_names_the_reader_of_a_rewritten_file(corpus, tmp_pa
 def test_a_stopping_run_stops_rewriting_shards(corpus, tmp_path):
     """A signal or another shard's error stops the rewrite within a batch (a writer checks between
     batches; shards not begun are not begun), leaving no partial file behind."""
-    _need("pyarrow")
+    _need("streaming")  # (MDS: rewritten from the TFRecord frames; Parquet's pieces: tests/test_parquet_pieces.py)
     import threading
 
     from bert_data.config import Config
@@ -175,8 +175,8 @@ def test_a_stopping_run_stops_rewriting_shards(corpus, tmp_path):
     stopped.set()
     (tmp_path / "a").mkdir()
     with pytest.raises(RewriteStopped):
-        rewrite_shard(sources[0], container_for("parquet"), str(tmp_path / "a"), "x.parquet", spec, stopped)
-    assert not (tmp_path / "a" / "x.parquet").exists()
+        rewrite_shard(sources[0], container_for("mds"), str(tmp_path / "a"), "x.mds", spec, stopped)
+    assert not (tmp_path / "a" / "x.mds").exists()
 
     placed = []
 
@@ -184,10 +184,10 @@ def test_a_stopping_run_stops_rewriting_shards(corpus, tmp_path):
         placed.append(name)
         raise OSError(28, "No space left on device", name)
 
-    names = [f"s-{i}.parquet" for i in range(len(sources))]
+    names = [f"s-{i}.mds" for i in range(len(sources))]
     with pytest.raises(OSError):
-        rewrite_shards(sources, names, container_for("parquet"), str(tmp_path / "b"), spec, place, threads=1)
-    assert placed == ["s-0.parquet"]  # the shards after the failing one were never begun
+        rewrite_shards(sources, names, container_for("mds"), str(tmp_path / "b"), spec, place, threads=1)
+    assert placed == ["s-0.00000.mds"]  # the shards after the failing one were never begun
 
 
 @pytest.mark.parametrize("fmt, in_the_way", [("tfrecord", "examples-2.tfrecords"), ("parquet", "examples-2.parquet"),

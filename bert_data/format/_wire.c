@@ -2485,6 +2485,173 @@ static PyObject *crc32c_py(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLong(c);
 }
 
+/* ---- Parquet pages (bert_data.format.parquet) ------------------------------------------------ */
+
+static unsigned char *put_run(unsigned char *out, uint64_t count, unsigned char value) {
+    out = put_varint(out, count << 1);
+    *out++ = value;
+    return out;
+}
+
+static int bytes_for(uint64_t v) { return v == 0 ? 0 : v <= 0xFF ? 1 : v <= 0xFFFF ? 2 : v <= 0xFFFFFF ? 3 : 4; }
+
+/* The values x[1..n) as the blocks of DELTA_BINARY_PACKED (the caller writes the header and x[0]):
+ * deltas of INT32 values wrap modulo 2**32, as Parquet's readers add them back; each block of 128:
+ * its least delta, 4 miniblock widths in whole bytes (a miniblock past the deltas: 0), each needed
+ * miniblock's 32 values (delta - least, modulo 2**32; 0 past the deltas) in that many bytes. */
+static unsigned char *put_delta_blocks(unsigned char *out, const int32_t *x, int64_t n) {
+    int32_t d[128];
+    for (int64_t start = 1; start < n; start += 128) {
+        const int k = n - start < 128 ? (int)(n - start) : 128;
+        for (int i = 0; i < k; i++) d[i] = (int32_t)((uint32_t)x[start + i] - (uint32_t)x[start + i - 1]);
+        int32_t least = d[0];
+        for (int i = 1; i < k; i++) least = d[i] < least ? d[i] : least;
+        out = put_varint(out, ((uint64_t)(int64_t)least << 1) ^ (uint64_t)((int64_t)least >> 63));
+        uint32_t a[128];
+        int width[4];
+        for (int b = 0; b < 4; b++) {
+            uint32_t top = 0;
+            for (int i = b * 32; i < b * 32 + 32; i++) {
+                a[i] = i < k ? (uint32_t)d[i] - (uint32_t)least : 0;
+                top |= a[i];
+            }
+            width[b] = b * 32 < k ? bytes_for(top) : 0;
+            *out++ = (unsigned char)(width[b] * 8);
+        }
+        for (int b = 0; b < 4; b++) {
+            const uint32_t *y = a + b * 32;
+            const int w = width[b];
+            if (w == 1) {
+                for (int i = 0; i < 32; i++) out[i] = (unsigned char)y[i];
+            } else if (w == 2) {
+                for (int i = 0; i < 32; i++) { out[2 * i] = (unsigned char)y[i]; out[2 * i + 1] = (unsigned char)(y[i] >> 8); }
+            } else {
+                for (int i = 0; i < 32 * (w > 0); i++)
+                    for (int byte = 0; byte < w; byte++) out[w * i + byte] = (unsigned char)(y[i] >> (8 * byte));
+            }
+            out += 32 * w;
+        }
+    }
+    return out;
+}
+
+/* Rows `rows`' first counts[r] values of `values` (rows of `width`, type T) back to back into the
+ * int32 vector `into`; `bad` set when one is outside low..high (within int32: Parquet's INT32). */
+#define GATHER_ROWS(T, values, width, counts, rows, m, low, high, into, bad) do { \
+        int64_t p_ = 0; T least_ = 0, most_ = 0; int any_ = 0; \
+        for (Py_ssize_t j_ = 0; j_ < (m); j_++) { \
+            const T *x_ = (const T *)(values) + (rows)[j_] * (width); \
+            const int64_t c_ = (counts)[(rows)[j_]]; \
+            if (c_ && !any_) { least_ = most_ = x_[0]; any_ = 1; } \
+            for (int64_t t_ = 0; t_ < c_; t_++) { \
+                const T x = x_[t_]; \
+                least_ = x < least_ ? x : least_; most_ = x > most_ ? x : most_; \
+                (into)[p_ + t_] = (int32_t)x; \
+            } \
+            p_ += c_; \
+        } \
+        (bad) = any_ && ((int64_t)least_ < (low) || (int64_t)most_ > (high)); } while (0)
+
+/* parquet_page(values, width, counts, rows, levels, low, high) -> (bytes, levels) or None: the data
+ * page v1 payload of rows `rows` (int64 indices, in order) of `values` (C-contiguous int32 or int64,
+ * rows of `width`), each row's first counts[r] values (int64 counts): with `levels`, the repetition
+ * and definition levels as RLE runs (bert_data.format.parquet._level_runs), then the values as
+ * DELTA_BINARY_PACKED (_delta_binary_packed): the same bytes as the numpy path. None when a row's
+ * count is outside 0..width, a value past it is not 0, or a value is outside low..high: the numpy
+ * path then names the problem. */
+static PyObject *parquet_page(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    Py_ssize_t width;
+    int levels;
+    long long low, high;
+    if (!PyArg_ParseTuple(args, "OnOOpLL", &o[0], &width, &o[1], &o[2], &levels, &low, &high)) return NULL;
+    Py_buffer v[3];
+    Py_ssize_t count[3];
+    if (!any_vector(o[0], &v[0], 0, 'i', 4, 'q', 8, &count[0], "parquet_page")) return NULL;
+    if (!any_vector(o[1], &v[1], 0, 'q', 8, 0, 0, &count[1], "parquet_page")) { PyBuffer_Release(&v[0]); return NULL; }
+    if (!any_vector(o[2], &v[2], 0, 'q', 8, 0, 0, &count[2], "parquet_page")) {
+        PyBuffer_Release(&v[0]); PyBuffer_Release(&v[1]); return NULL;
+    }
+    PyObject *result = NULL;
+    unsigned char *buf = NULL;
+    if (width < 1 || count[0] != count[1] * width) {
+        PyErr_SetString(PyExc_ValueError, "parquet_page: values must hold len(counts) rows of width");
+        goto done;
+    }
+    const int wide = v[0].itemsize == 8;
+    const int64_t *counts = v[1].buf, *rows = v[2].buf;
+    const Py_ssize_t m = count[2];
+    int64_t total = 0, slots = 0, empty = 0;
+    int64_t padding = 0; /* the OR of every value past a row's count: 0 when the padding is */
+    for (Py_ssize_t j = 0; j < m; j++) {
+        const int64_t r = rows[j];
+        if (r < 0 || r >= count[1]) { PyErr_SetString(PyExc_IndexError, "parquet_page: a row index is out of range"); goto done; }
+        const int64_t c = counts[r];
+        if (c < 0 || c > width) { result = Py_None; Py_INCREF(result); goto done; }
+        if (wide) { const int64_t *x = (const int64_t *)v[0].buf + r * width; for (Py_ssize_t t = c; t < width; t++) padding |= x[t]; }
+        else { const int32_t *x = (const int32_t *)v[0].buf + r * width; for (Py_ssize_t t = c; t < width; t++) padding |= x[t]; }
+        total += c;
+        slots += c ? c : 1;
+        empty += c == 0;
+    }
+    if (padding) { result = Py_None; Py_INCREF(result); goto done; }
+    /* room for the levels (2 runs a row), the deltas (4 bytes a value, 16 a block) and, at the end, the
+     * values gathered as int64: the deltas written never reach values not yet read */
+    const size_t cap = (size_t)m * 32 + (size_t)total * 4 + ((size_t)total / 128 + 1) * 16 + 128 + (size_t)total * 4;
+    buf = PyMem_Malloc(cap);
+    if (!buf) { PyErr_NoMemory(); goto done; }
+    unsigned char *out = buf;
+    if (levels) {
+        unsigned char *length_at = out;
+        out += 4;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            const int64_t c = counts[rows[j]];
+            out = put_run(out, 1, 0);
+            if (c > 1) out = put_run(out, (uint64_t)(c - 1), 1);
+        }
+        uint32_t n = (uint32_t)(out - length_at - 4);
+        memcpy(length_at, &n, 4); /* little-endian hosts only (see PyInit__wire) */
+        length_at = out;
+        out += 4;
+        if (m && !empty) {
+            out = put_run(out, (uint64_t)total, 2);
+        } else {
+            for (Py_ssize_t j = 0; j < m; j++) {
+                const int64_t c = counts[rows[j]];
+                out = c ? put_run(out, (uint64_t)c, 2) : put_run(out, 1, 0);
+            }
+        }
+        n = (uint32_t)(out - length_at - 4);
+        memcpy(length_at, &n, 4);
+    }
+    int bad = 0;
+    if (low < INT32_MIN || high > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "parquet_page: low..high must be within int32");
+        goto done;
+    }
+    int32_t *gathered = (int32_t *)(buf + cap - (size_t)total * 4); /* the end of the buffer, ahead of what is written */
+    if (wide) GATHER_ROWS(int64_t, v[0].buf, width, counts, rows, m, low, high, gathered, bad);
+    else GATHER_ROWS(int32_t, v[0].buf, width, counts, rows, m, low, high, gathered, bad);
+    if (bad) { result = Py_None; Py_INCREF(result); goto done; }
+    out = put_varint(out, 128);
+    out = put_varint(out, 4);
+    out = put_varint(out, (uint64_t)total);
+    if (total == 0) {
+        *out++ = 0; /* no value: the first value is 0 */
+    } else {
+        out = put_varint(out, ((uint64_t)(int64_t)gathered[0] << 1) ^ (uint64_t)((int64_t)gathered[0] >> 63));
+        out = put_delta_blocks(out, gathered, total);
+    }
+    PyObject *data = PyBytes_FromStringAndSize((const char *)buf, out - buf);
+    if (data) result = Py_BuildValue("(NL)", data, (long long)slots);
+done:
+    PyMem_Free(buf);
+    PyBuffer_Release(&v[0]);
+    PyBuffer_Release(&v[1]);
+    PyBuffer_Release(&v[2]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"cut_frames", cut_frames, METH_VARARGS, "(data, starts_out, lengths_out) -> (count, end, bad)"},
     {"decode_fixed", decode_fixed, METH_VARARGS,
@@ -2520,6 +2687,8 @@ static PyMethodDef methods[] = {
      "single_sentence_chunks, continuations_kept)"},
     {"mt_draws", mt_draws, METH_VARARGS, "(state, kinds, args) -> (state, values): random.Random's draws (tests)"},
     {"crc32c", crc32c_py, METH_O, "CRC32C of a bytes-like object"},
+    {"parquet_page", parquet_page, METH_VARARGS,
+     "(values, width, counts, rows, levels, low, high) -> (payload, levels) or None: a Parquet data page's levels and DELTA values"},
     {"use_simd_varints", use_simd_varints, METH_O, "(on) -> previous: the SSSE3 varint blocks on or off (tests)"},
     {NULL, NULL, 0, NULL},
 };
@@ -2537,7 +2706,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 9) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 10) < 0) {
         Py_DECREF(m);
         return NULL;
     }

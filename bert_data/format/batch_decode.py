@@ -132,42 +132,6 @@ def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int =
     yield from _batches_after(name, yielded, chunk_bytes, opener)
 
 
-def iter_record_run(handle: BinaryIO, length: int, records: int,
-                    chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[RecordBatch]:
-    """The first ``records`` records of the next ``length`` bytes of ``handle``, plain TFRecord
-    frames whose CRCs are all checked, in batches of about ``chunk_bytes``; each batch's
-    ``position`` is how far past the first byte read its last record ends. For reading a run of a
-    file this process is still appending to (a partial shard, :class:`bert_data.output.rewrite.
-    LiveRewriter`): nothing past ``length`` is read. A frame that is not whole and valid, or fewer
-    records than asked for, raises :class:`RecordFormatError` (the caller falls back to reading the
-    whole file, whose reading names the damage exactly)."""
-    remaining = [length]
-
-    class _Bounded:  # the next ``length`` bytes of ``handle`` as a stream
-        @staticmethod
-        def read(size: int) -> bytes:
-            data = handle.read(min(size, remaining[0])) if remaining[0] > 0 else b""
-            remaining[0] -= len(data)
-            return data
-
-    taken = 0
-    try:
-        for batch in (_chunked_batches(_Bounded(), chunk_bytes) if records > 0 else ()):
-            start = batch.position - int(batch.starts[-1] + batch.lengths[-1] + 4)  # where batch.data begins
-            keep = min(len(batch), records - taken)
-            if keep < len(batch):
-                batch = RecordBatch(batch.data, batch.starts[:keep], batch.lengths[:keep], batch.first,
-                                    start + int(batch.starts[keep - 1] + batch.lengths[keep - 1] + 4))
-            taken += keep
-            yield batch
-            if taken >= records:
-                return
-    except _BadFrame:
-        raise RecordFormatError(f"a damaged frame after record {taken} of the run read") from None
-    if taken < records:
-        raise RecordFormatError(f"the run read holds {taken} records, not {records}")
-
-
 class _NamedStream:
     """A stream that :func:`iter_records` names ``name`` in its errors (URL handles have no name)."""
 

@@ -145,6 +145,17 @@ def layout_of_columns(names) -> str:
     raise ValueError(f"no columnar layout has exactly the columns {wanted}")
 
 
+def layout_of_features(names) -> str:
+    """The columnar layout of padded rows with these features (the one with the most columns whose
+    features are all there: NSP and SOP rows are "nsp")."""
+    have = set(names)
+    fitting = [layout for layout in ("nsp", "mlm_only", "unmasked")
+               if {c.feature for c in columns_of(layout)} <= have]
+    if not fitting:
+        raise ValueError(f"no columnar layout has its features among {sorted(have)}")
+    return max(fitting, key=lambda layout: len(columns_of(layout)))
+
+
 def _prefix_lengths(mask: np.ndarray, what: str) -> Tuple[np.ndarray, np.ndarray]:
     """How many leading entries of each row are real, and where they are (``(n, k)`` bools),
     checking that the mask is exactly 1 there and 0 after."""

@@ -17,38 +17,41 @@ A new container is one class here and one entry in :data:`CONTAINERS`.
 The rewriting protocol (containers with ``concatenates = False``)
 -----------------------------------------------------------------
 
-Workers do not change: a group's fragment holds, per (pass, shard), a run of TFRecord-framed
-``tf.train.Example`` records (the container's ``frame`` is TFRecord framing, uncompressed), and
-the output assembles every shard's runs in group order exactly as for TFRecords (the local
-partial shards and their journal, resume, the URL output's index objects: unchanged). Only at
-``publish`` does the output hand each assembled shard, a TFRecord stream, to
-:func:`bert_data.output.rewrite.rewrite_shard`, which decodes it in bounded batches
-(:func:`~bert_data.format.batch_decode.decode_examples`: padded ``(n, k)`` arrays of the layout,
-rows in shard order) and feeds them to the container's shard writer. So a rewritten shard is a
-pure function of the TFRecord shard of the same seed: byte-identical for any worker count,
-runner or resume, and it holds the same records in the same order. A rewriting container has:
+A group's fragment holds, per (pass, shard), a run of TFRecord frames, and the output assembles
+every shard's runs in group order exactly as for TFRecords (the local partial shards and their
+journal, resume, the URL output's index objects: unchanged). Only at ``publish`` does the output
+hand each assembled shard to :func:`bert_data.output.rewrite.rewrite_shard`, which makes the
+container's file(s) from it. What a frame holds is the container's choice:
+
+* ``tf.train.Example`` records (the default ``frame_runs``: MDS, HDF5): the shard is decoded in
+  bounded batches (:func:`~bert_data.format.batch_decode.decode_examples`: padded ``(n, k)``
+  arrays of the layout, rows in shard order) and fed to the shard writer's ``write(features)``;
+* the format's own encoding, made by the workers (Parquet's ``frame_runs``: a piece of data pages
+  per batch and shard, :mod:`bert_data.format.parquet`): the shard writer's
+  ``write_partial(path, stopped)`` assembles the file from them, decoding nothing.
+
+Either way a shard's file is a pure function of its assembled shard: byte-identical for any
+worker count, runner or resume, holding the same records in the same order as the TFRecords of
+the same seed. A rewriting container has:
 
 * ``name``, ``suffix``, ``concatenates = False`` and ``frame(payloads)`` (TFRecord frames);
 * ``supports(layout) -> str``: "" when it can hold records of that layout, else why not (one
   phrase, for the ``--output_format`` error line of :func:`bert_data.config.validate`);
 * ``open_shard(directory, shard_name, spec: ShardSpec) -> ShardWriter``: a writer of one shard
   into the local ``directory``, whose ``write(features)`` takes a batch of padded rows (name ->
-  ``(n, k)`` array, the :class:`~bert_data.format.columns.ShardSpec`'s features), in order, and whose ``close()`` finishes
+  ``(n, k)`` array, the :class:`~bert_data.format.columns.ShardSpec`'s features), in order (or
+  whose ``write_partial`` takes the assembled shard, for pieces the workers encoded), and whose ``close()`` finishes
   the file(s) and returns ``[(file name, records)]`` in order (one file, or several when the
   format cuts a shard into pieces, as MDS does); ``abort()`` removes what it wrote. Memory is
   bounded by the writer's own buffer (a row group, an MDS file), never a whole shard;
-* ``live_rows`` (optional, from the module's ``LIVE_ROWS``): a number of rows after each whole
-  multiple of which the writer holds nothing pending, whatever batches they came in; a local run
-  then rewrites its shards while it still makes groups, that many rows at a time
-  (:class:`bert_data.output.rewrite.LiveRewriter`), and the publish writes only the rest;
 * ``sidecar``: the name of one file written beside the shards once all are written (MDS's
   ``index.json``), or None; ``sidecar_bytes(entries)`` makes it from what every shard writer's
   ``close()`` reported, in shard order (a writer may keep per-file details for it in
   ``writer.sidecar_entries``).
 
 A writer's bytes must be a function of the rows only: no timestamps, no host names, fixed
-row-group or file boundaries (counted in rows or bytes of the rows, never by time or by batch),
-compression and its level pinned. Containers in :data:`CONTAINERS`: ``tfrecord``, ``parquet``
+row-group or file boundaries (counted in rows or bytes of the rows, or at the batches of a group,
+which are the same for any worker count; never by time), compression and its level pinned. Containers in :data:`CONTAINERS`: ``tfrecord``, ``parquet``
 (:mod:`bert_data.format.parquet`), ``mds`` (:mod:`bert_data.format.mds`), ``hdf5``
 (:mod:`bert_data.format.nvidia_hdf5`); their packages are imported only when a shard is written
 or read.
@@ -57,6 +60,7 @@ or read.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from importlib import import_module
 from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
@@ -64,7 +68,7 @@ from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Typ
 import numpy as np
 
 from ..output.naming import HDF5_SUFFIX, MDS_INDEX_NAME, MDS_SUFFIX, PARQUET_SUFFIX, TFRECORD_SUFFIX
-from .columns import COLUMNAR_LAYOUTS, ShardSpec
+from .columns import COLUMNAR_LAYOUTS, ShardSpec, layout_of_features
 from .tfrecord import frame_records
 
 
@@ -84,6 +88,12 @@ class TFRecordContainer:
     def shard_of(file_name: str) -> str:
         """The shard a published file belongs to: a shard is one file (MDS: one or more pieces)."""
         return file_name
+
+    @staticmethod
+    def published_body_size(path: str) -> int:
+        """How many bytes of a published shard are the assembled shard it was renamed from: all of
+        them (a TFRecord shard is published as assembled)."""
+        return os.path.getsize(path)
 
     def frame(self, payloads: Sequence[bytes]) -> bytes:
         """One run of records: framed, and a gzip member with ``--compression gzip`` (mtime 0, so
@@ -148,19 +158,6 @@ class RewritingContainer(TFRecordContainer):
         any work: a token id is only seen when a shard is rewritten, at the end)."""
         return ""
 
-    @property
-    def live_rows(self) -> Optional[int]:
-        """Rows after whose every whole multiple, written in any batches, the shard writer holds
-        nothing pending (its module's ``LIVE_ROWS``: Parquet's row group): the step in which
-        :class:`bert_data.output.rewrite.LiveRewriter` rewrites a shard while the run goes on.
-        None (MDS, whose writer holds a whole piece of up to 64 MB a shard; HDF5, see its module):
-        rewritten at publish only."""
-        return getattr(import_module(f"bert_data.format.{self.module}"), "LIVE_ROWS", None)
-
-    def live_writer_bytes(self, spec: ShardSpec) -> int:
-        """The memory one open shard writer holds between live steps (the module's ``live_writer_bytes``)."""
-        return import_module(f"bert_data.format.{self.module}").live_writer_bytes(spec)
-
     def open_shard(self, directory: str, shard_name: str, spec: ShardSpec) -> ShardWriter:
         return import_module(f"bert_data.format.{self.module}").ShardFileWriter(directory, shard_name, spec)
 
@@ -181,6 +178,30 @@ class ParquetContainer(RewritingContainer):
     suffix = PARQUET_SUFFIX
     package = "pyarrow"
     module = "parquet"
+
+    def frame_runs(self, encoder, features: Mapping[str, np.ndarray],
+                   shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:
+        """A batch's rows as one piece per shard present: the workers encode the pages, and a
+        partial shard of pieces becomes the Parquet file by a footer (:mod:`bert_data.format.parquet`)."""
+        from .parquet import encode_pieces
+
+        return encode_pieces(features, shard_of_row, layout_of_features(features))
+
+    @staticmethod
+    def finish_in_place(path: str, spec: ShardSpec) -> int:
+        """The assembled shard at ``path`` made the shard's file where it is (its footer appended);
+        its records. A local run publishes so, renaming it as it renames TFRecord shards."""
+        from .parquet import finish_in_place
+
+        return finish_in_place(path, spec)
+
+    @staticmethod
+    def published_body_size(path: str) -> int:
+        """How many bytes of a published shard are the assembled shard it was made from (all but
+        the footer; -1 for anything else): how a resumed run recognises a shard it published."""
+        from .parquet import body_size
+
+        return body_size(path)
 
 
 class MDSContainer(RewritingContainer):

@@ -74,8 +74,8 @@ NVIDIA_DATASETS: Dict[str, str] = {
 }
 NVIDIA_SEQUENCES_PER_SAMPLE = 3  # run_pretraining.py pads next_sentence_labels and packed_input_len to 3
 CHUNK_ROWS = 1024  # samples per HDF5 chunk, and per write: the writer's memory, counted in samples
-# No LIVE_ROWS: HDF5 shards are rewritten at publish only. Rewritten while the run went on (a
-# chunk at a time), a 16-core run with 8 workers was no faster (11.7 -> 12.0 s) and held 165 MB
+# HDF5 shards are rewritten at publish only. Rewritten while the run went on (a chunk at a time,
+# tried in 2026-11), a 16-core run with 8 workers was no faster (11.7 -> 12.0 s) and held 165 MB
 # more: h5py's writes hold the GIL, which the coordinator's own work then waits for.
 _INT16_MAX = np.iinfo(np.int16).max
 

@@ -1,60 +1,72 @@
-"""``--output_format parquet``: one Apache Parquet file per shard, written and read with pyarrow.
+"""``--output_format parquet``: one Apache Parquet file per shard, encoded by the workers.
 
 Each row is one record, unpadded, in the columns of :mod:`bert_data.format.columns` (Hugging
 Face's names: ``input_ids``, ``token_type_ids``, ``masked_lm_positions``, ``masked_lm_ids``,
 ``next_sentence_label``); ``datasets.load_dataset("parquet", data_files=...)`` and
-``pyarrow.parquet`` read it as it is. The bytes are a function of the rows only, so the same
-seed gives the same file for any worker count and after ``--resume``:
+``pyarrow.parquet`` read it as it is, with the Arrow schema :func:`arrow_schema`.
 
-* row groups of exactly :data:`ROW_GROUP_ROWS` rows (the last one fewer), counted over the
-  shard, never by the batches it arrives in; only one row group's rows are held at a time;
-* each column's encoding named (:func:`column_encodings`: the list columns' values PLAIN, the
-  scalar columns delta-encoded), zstd at a pinned level, no dictionary pages, no column
-  statistics, format version 2.6, data page v1: every option that has a default is written
-  out, so a pyarrow with other defaults writes the same layout;
-* the file's key-value metadata holds only the Arrow schema; its ``created_by`` names the
-  pyarrow version (the same bytes need the same pyarrow, as TFRecords need the same bert_data).
+Why the workers encode it. A Parquet file cannot be concatenated from fragments (its footer holds
+every column chunk's offset), and rewriting the assembled TFRecords into it with pyarrow on the
+coordinator cost about as much CPU as the whole run that wrote them (decoding the records, then
+pyarrow's writer: ~13 us a row at MSL 512 with zstd, whose entropy coding of random token ids
+alone is ~6 us; a ``tf.train.Example`` is ~3 us). So the workers write the pages themselves, in
+encodings that cost a copy rather than compression, and a partial shard of their pages becomes
+the file by a footer; pyarrow is not needed to write:
+
+* **A piece** (:func:`encode_pieces`, the container's ``frame_runs``): a batch's rows of one shard
+  as each column's data pages (data page v1, uncompressed, at most :data:`PAGE_ROWS` rows a page:
+  repetition and definition levels as RLE runs, two a row; values DELTA_BINARY_PACKED with
+  whole-byte widths, so a token id takes 2 bytes and a segment id about none), behind a header:
+  :data:`PIECE_MAGIC` (``PAR1``, Parquet's own magic), the rows, each column's levels and bytes.
+  The C accelerator makes a page in one pass over the padded rows, checking them as
+  :func:`~bert_data.format.columns.to_columns` does (numpy is the reference and the fallback, with
+  the same bytes). The outputs assemble, journal and resume runs of pieces exactly as TFRecords'.
+* **The file** (:func:`finish_file`, at publish): the assembled shard as it is (so it begins with
+  ``PAR1``), then the footer (:func:`footer`, Thrift: :mod:`bert_data.format.thrift_compact`):
+  the layout's schema as pyarrow writes it, one row group per piece (a piece's column chunks are
+  contiguous; its header lies between row groups, where readers, which locate everything by the
+  footer, never look: as parquet-mr's padding between row groups), ``created_by`` naming
+  bert_data. Reading only the pieces' headers, a local run appends the footer to each partial
+  shard and renames it into place like a TFRecord shard (:func:`finish_in_place`; a resumed run
+  recognises a published shard by :func:`body_size`); a URL run's assembled copy is finished the
+  same way (:class:`ShardFileWriter`). Publishing copies nothing.
+
+The bytes are a function of the rows and of the batches they were made in, which are a group's
+(the same for any worker count, runner or resume), so the same seed gives the same file. Row
+groups are a batch's rows of a shard: ~4,096 / shards rows (a pass's last batch fewer). At MSL
+512 a file is ~0.42x the TFRecords of the same rows (zstd made it ~0.30x, at ~3x the CPU). No
+statistics, dictionary pages, page index or key-value metadata: what every Parquet reader
+(pyarrow, Spark, DuckDB, polars) reads since Parquet 2.0.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterator, List, Mapping, Tuple
+import struct
+from functools import lru_cache
+from typing import Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from .columns import KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, to_columns
+from . import thrift_compact as thrift
+from .native import wire
+from .columns import KIND_OF_COLUMN, LENGTH_OF_KIND, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, to_columns
+from .thrift_compact import BINARY, I32, I64, LIST, STRUCT, Field, ThriftList
 
-ROW_GROUP_ROWS = 4096  # rows per row group (a multiple of the readers' usual batch sizes)
-LIVE_ROWS = ROW_GROUP_ROWS  # after each whole row group the writer holds nothing (containers.live_rows)
-
-
-def live_writer_bytes(spec: ShardSpec) -> int:
-    """What an open writer keeps between row groups: pyarrow's definition and repetition levels
-    of the last row group's list values (2 bytes each, a token a row), measured 8.25 MB at MSL 512."""
-    return LIVE_ROWS * spec.max_seq_length * 4
-ZSTD_LEVEL = 1  # level 3 is ~10% smaller and ~2x slower to write; either is a third of the TFRecords' bytes
-# The encodings of a list column's values and of a scalar column. Lists stay PLAIN: delta-encoding
-# their values (random token ids, 0/1 runs) made MSL-512 shards 13% larger (36.2 vs 32.1 MB after
-# zstd) for a ~10% faster write; a scalar (NSP's label) is a few bytes either way.
-LIST_ENCODING = "PLAIN"
-SCALAR_ENCODING = "DELTA_BINARY_PACKED"
-WRITE_OPTIONS = dict(
-    compression="zstd", compression_level=ZSTD_LEVEL, use_dictionary=False, write_statistics=False,
-    version="2.6", data_page_version="1.0", write_page_index=False, write_page_checksum=False, store_schema=True,
-)
+PAGE_ROWS = 1024  # rows per data page at most (~1.5 MB of values at MSL 512, about pyarrow's page size)
+PIECE_MAGIC = b"PAR1"  # a piece's first bytes: Parquet's magic, so a partial shard of pieces begins as a Parquet file does
+_INT32, _RLE, _DELTA, _UNCOMPRESSED, _DATA_PAGE = 1, 3, 5, 0, 0  # parquet.thrift's enums
+_DELTA_BLOCK = 128  # deltas per DELTA_BINARY_PACKED block (4 miniblocks of 32)
+_PIECE_HEAD = struct.Struct("<4sqq")  # magic, rows, columns
+_COLUMN_HEAD = struct.Struct("<qqq")  # per column: levels, uncompressed bytes, compressed bytes (pages with headers)
+_LENGTH = struct.Struct("<I")
+# A list column is ``name`` (required) / ``list`` (repeated) / ``element`` (optional: Arrow's list items
+# are nullable, and the schema is pyarrow's): a value is at definition level 2, an empty list at 0.
+_MAX_DEFINITION = 2
 
 
-def column_encodings(layout: str) -> Dict[str, str]:
-    """Each column's encoding, by the path pyarrow keys it with: a list column's values are its
-    leaf ``NAME.list.element`` (an encoding given for ``NAME`` itself is silently not applied)."""
-    return {(c.name if c.kind == ONE_KIND else f"{c.name}.list.element"): (SCALAR_ENCODING if c.kind == ONE_KIND else LIST_ENCODING)
-            for c in columns_of(layout)}
-
-
-def write_options(layout: str) -> dict:
-    """Every ParquetWriter option, pinned."""
-    return dict(WRITE_OPTIONS, column_encoding=column_encodings(layout))
+class PieceError(ValueError):
+    """A frame of a partial Parquet shard that is not a piece of this layout (a bug, never data)."""
 
 
 def arrow_schema(layout: str):
@@ -68,94 +80,406 @@ def arrow_schema(layout: str):
     return pa.schema(fields)
 
 
-def _arrow_array(values: np.ndarray):
-    """A numpy array as an Arrow array of its type, without a copy (and without ``pa.array``,
-    whose first call imports pandas when it is installed: seconds, in every run)."""
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+# --- the workers' side: pieces --------------------------------------------------------------
 
 
-def to_table(batch: ColumnBatch, layout: str):
-    """A :class:`~bert_data.format.columns.ColumnBatch` as an Arrow table (no copy of the values)."""
-    import pyarrow as pa
+def _varints(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Unsigned LEB128 varints of ``values`` (non-negative, < 2**63) as an (n, 10) byte matrix and
+    the mask of each row's bytes (flattened together with other matrices: no loop per value)."""
+    values = np.asarray(values, dtype=np.uint64)
+    shifts = np.arange(0, 70, 7, dtype=np.uint64)
+    groups = (values[:, None] >> shifts) & np.uint64(0x7F)
+    count = np.maximum(1, (_bit_length(values) + 6) // 7)
+    mask = np.arange(10)[None, :] < count[:, None]
+    more = np.arange(10)[None, :] < (count - 1)[:, None]
+    return (groups | (more * 0x80).astype(np.uint64)).astype(np.uint8), mask
 
-    schema = arrow_schema(layout)
+
+def _bit_length(values: np.ndarray) -> np.ndarray:
+    """Each unsigned value's bit length (0 for 0)."""
+    values = np.asarray(values, dtype=np.uint64)
+    length = np.zeros(values.shape, dtype=np.int64)
+    for shift in (32, 16, 8, 4, 2, 1):
+        high = (values >> np.uint64(shift)) > 0
+        length += high * shift
+        values = np.where(high, values >> np.uint64(shift), values)
+    return length + (values > 0)
+
+
+def _varint(value: int) -> bytes:
+    matrix, mask = _varints(np.array([value]))
+    return matrix[mask].tobytes()
+
+
+def _zigzag(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=np.int64)
+    return ((values << 1) ^ (values >> 63)).astype(np.uint64)
+
+
+def _flat(parts: Sequence[Tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """Byte matrices with the same number of rows, side by side, each row's masked bytes in order."""
+    matrix = np.concatenate([m for m, _ in parts], axis=1)
+    mask = np.concatenate([k for _, k in parts], axis=1)
+    return matrix[mask].tobytes()
+
+
+def _fixed(rows: int, value: int) -> Tuple[np.ndarray, np.ndarray]:
+    return np.full((rows, 1), value, dtype=np.uint8), np.ones((rows, 1), dtype=bool)
+
+
+def _level_runs(lengths: np.ndarray) -> bytes:
+    """A list column's repetition and definition levels (RLE runs of the RLE/bit-packed hybrid,
+    each behind its 4-byte length): per row, a run of one 0 and a run of ``length - 1`` 1s; a
+    definition of 2 for every value (one run for the page when no list is empty, else one per
+    row), 0 for an empty list's one level."""
+    rows = len(lengths)
+    rest, rest_mask = _varints(np.maximum(lengths - 1, 0) << 1)
+    rest_mask &= (lengths > 1)[:, None]
+    one = _fixed(rows, 1)
+    repetition = _flat([_fixed(rows, 2), _fixed(rows, 0), (rest, rest_mask), (one[0], one[1] & (lengths > 1)[:, None])])
+    if rows and lengths.min() > 0:
+        definition = _varint(int(lengths.sum()) << 1) + bytes([_MAX_DEFINITION])
+    else:
+        count, count_mask = _varints(np.maximum(lengths, 1) << 1)
+        value = np.where(lengths > 0, _MAX_DEFINITION, 0).astype(np.uint8)[:, None]
+        definition = _flat([(count, count_mask), (value, np.ones_like(value, dtype=bool))])
+    return _LENGTH.pack(len(repetition)) + repetition + _LENGTH.pack(len(definition)) + definition
+
+
+def _delta_binary_packed(values: np.ndarray) -> bytes:
+    """INT32 ``values`` in Parquet's DELTA_BINARY_PACKED encoding: blocks of :data:`_DELTA_BLOCK`
+    deltas (modulo 2**32, as readers add them back) in 4 miniblocks, each miniblock's width the
+    fewest whole bytes (0, 8, 16, 24 or 32 bits) that hold its deltas less the block's least (the
+    spec allows any width that holds them; whole bytes cost a copy, no shifting). A last block's
+    unneeded miniblocks have width 0 and no bytes; a needed one is padded with 0s to 32 values."""
+    values = np.asarray(values).astype(np.int32)
+    count = len(values)
+    header = _varint(_DELTA_BLOCK) + _varint(_DELTA_BLOCK // 32) + _varint(count) + _varint(int(_zigzag(values[:1])[0]) if count else 0)
+    if count < 2:
+        return header
+    deltas = np.diff(values).astype(np.int32)  # (wraps modulo 2**32)
+    blocks = -(-len(deltas) // _DELTA_BLOCK)
+    padded = np.full(blocks * _DELTA_BLOCK, deltas.max(), dtype=np.int32)
+    padded[:len(deltas)] = deltas
+    padded = padded.reshape(blocks, _DELTA_BLOCK)
+    least = padded.min(axis=1)
+    adjusted = padded.view(np.uint32) - least.view(np.uint32)[:, None]  # (wraps modulo 2**32)
+    present = (np.arange(blocks * _DELTA_BLOCK) < len(deltas)).reshape(blocks, _DELTA_BLOCK)
+    miniblocks = np.where(present, adjusted, 0).astype(np.uint32).reshape(blocks, 4, 32)
+    needed = present.reshape(blocks, 4, 32).any(axis=2)
+    width_bytes = np.where(needed, (_bit_length(miniblocks.max(axis=2)) + 7) // 8, 0)  # (blocks, 4)
+    data = miniblocks.astype("<u4").view(np.uint8).reshape(blocks, 4, 32, 4)
+    data_mask = np.broadcast_to(np.arange(4)[None, None, None, :] < width_bytes[:, :, None, None], data.shape)
+    least_bytes, least_mask = _varints(_zigzag(least.astype(np.int64)))
+    widths = (width_bytes * 8).astype(np.uint8)
+    body = _flat([(least_bytes, least_mask), (widths, np.ones_like(widths, dtype=bool)),
+                  (data.reshape(blocks, -1), data_mask.reshape(blocks, -1))])
+    return header + body
+
+
+def _page(payload: bytes, levels: int) -> bytes:
+    """A data page v1 (uncompressed): its header, then ``payload`` (levels, values) of ``levels`` levels."""
+    header = thrift.encode([
+        Field(1, I32, _DATA_PAGE), Field(2, I32, len(payload)), Field(3, I32, len(payload)),
+        Field(5, STRUCT, [Field(1, I32, levels), Field(2, I32, _DELTA), Field(3, I32, _RLE), Field(4, I32, _RLE)]),
+    ])
+    return header + payload
+
+
+def _column_pages(values: np.ndarray, lengths) -> Tuple[int, List[bytes]]:
+    """A column's pages, rows cut every :data:`PAGE_ROWS` (``lengths``: each row's list length, or
+    None for a scalar column, which has no levels): its levels, and its pages. An empty list is
+    one level (repetition 0, definition 0) and no value."""
+    rows = len(values) if lengths is None else len(lengths)
+    offsets = None if lengths is None else np.concatenate([[0], np.cumsum(lengths)])
+    total_levels = 0
+    pages = []
+    for first in range(0, rows, PAGE_ROWS):
+        last = min(rows, first + PAGE_ROWS)
+        if lengths is None:
+            levels, payload = last - first, _delta_binary_packed(values[first:last])
+        else:
+            levels = int(np.maximum(lengths[first:last], 1).sum())
+            payload = _level_runs(lengths[first:last]) + _delta_binary_packed(values[offsets[first]:offsets[last]])
+        pages.append(_page(payload, levels))
+        total_levels += levels
+    return total_levels, pages
+
+
+def _piece(rows: int, columns: Sequence[Tuple[int, List[bytes]]]) -> bytes:
+    """A piece of ``rows`` rows from each column's (levels, pages), in the layout's column order:
+    the header (:data:`PIECE_MAGIC`, rows, columns; each column's levels and bytes), then the pages."""
+    chunks = [b"".join(pages) for _, pages in columns]
+    heads = [_COLUMN_HEAD.pack(levels, len(chunk), len(chunk)) for (levels, _), chunk in zip(columns, chunks)]
+    return b"".join([_PIECE_HEAD.pack(PIECE_MAGIC, rows, len(heads)), *heads, *chunks])
+
+
+def encode_piece(batch: ColumnBatch, layout: str) -> bytes:
+    """Unpadded rows as a piece (numpy: the reference of the C accelerator's pages)."""
+    columns = []
+    for column in columns_of(layout):
+        lengths = None if column.kind == ONE_KIND else np.asarray(batch.lengths[column.kind], dtype=np.int64)
+        columns.append(_column_pages(batch.values[column.name], lengths))
+    return _piece(batch.rows, columns)
+
+
+def encode_pieces(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, layout: str
+                  ) -> List[Tuple[int, bytes, int]]:
+    """A batch's padded rows (row i for shard ``shard_of_row[i]``) as one piece per shard present,
+    in shard order: ``(shard, piece, rows)``. Raises :class:`~bert_data.format.columns.ColumnError`
+    for a row that unpadded columns cannot hold exactly."""
+    shard_of_row = np.asarray(shard_of_row, dtype=np.int64)
+    present = np.flatnonzero(np.bincount(shard_of_row)) if len(shard_of_row) else []  # (np.unique imports numpy.ma)
+    shards = [(shard, np.flatnonzero(shard_of_row == shard)) for shard in present.tolist()] if len(present) else []
+    native = wire()
+    if native is not None:
+        pieces = _native_pieces(native, features, shards, layout)
+        if pieces is not None:
+            return pieces
+    batch = to_columns(features, layout)  # (what the C path refused, named)
+    return [(shard, encode_piece(_rows(batch, rows), layout), len(rows)) for shard, rows in shards]
+
+
+def _native_pieces(native, features: Mapping[str, np.ndarray], shards, layout: str):
+    """:func:`encode_pieces` by the C accelerator's ``prefix_counts`` and ``parquet_page`` (the same
+    bytes), straight from the padded rows; None where a row does not fit (the numpy path says why)."""
+    n = len(features["input_ids"])
+    counts = {ONE_KIND: np.ones(n, dtype=np.int64)}
+    for kind, mask in LENGTH_OF_KIND.items():
+        if mask in features:
+            values = np.asarray(features[mask])
+            values = np.ascontiguousarray(values if values.dtype in (np.int32, np.float32) else values.astype(np.float32))
+            counts[kind] = np.empty(n, dtype=np.int64)
+            if not native.prefix_counts(values, values.shape[1], counts[kind]):
+                return None
     arrays = []
     for column in columns_of(layout):
-        values = _arrow_array(batch.values[column.name])
-        if column.kind != ONE_KIND:
-            offsets = _arrow_array(batch.offsets(column.kind))
-            values = pa.ListArray.from_arrays(offsets, values, type=schema.field(column.name).type)
-        arrays.append(values)
-    return pa.Table.from_arrays(arrays, schema=schema)
+        array = np.asarray(features[column.feature]).reshape(n, -1)
+        if array.dtype not in (np.int32, np.int64):
+            array = array.astype(np.int64)
+        bounds = np.iinfo(column.dtype)
+        arrays.append((np.ascontiguousarray(array), counts[column.kind], column.kind != ONE_KIND, int(bounds.min), int(bounds.max)))
+    pieces = []
+    for shard, rows in shards:
+        columns = []
+        for array, column_counts, levels, low, high in arrays:
+            total, pages = 0, []
+            for first in range(0, len(rows), PAGE_ROWS):
+                made = native.parquet_page(array, array.shape[1], column_counts, rows[first:first + PAGE_ROWS], levels, low, high)
+                if made is None:
+                    return None
+                pages.append(_page(*made))
+                total += made[1]
+            columns.append((total, pages))
+        pieces.append((shard, _piece(len(rows), columns), len(rows)))
+    return pieces
 
 
-def _joined(batches: List[ColumnBatch]) -> ColumnBatch:
-    """Column batches, in order, as one."""
-    if len(batches) == 1:
-        return batches[0]
-    return ColumnBatch(sum(b.rows for b in batches),
-                       {kind: np.concatenate([b.lengths[kind] for b in batches]) for kind in batches[0].lengths},
-                       {name: np.concatenate([b.values[name] for b in batches]) for name in batches[0].values})
+def _rows(batch: ColumnBatch, rows: np.ndarray) -> ColumnBatch:
+    """The column batch of ``rows`` (indices, ascending) of ``batch``."""
+    if len(rows) == batch.rows:
+        return batch
+    lengths = {kind: kind_lengths[rows] for kind, kind_lengths in batch.lengths.items()}
+    values = {}
+    for name, column_values in batch.values.items():
+        kind = KIND_OF_COLUMN[name]
+        if kind == ONE_KIND:
+            values[name] = column_values[rows]
+            continue
+        starts = (np.cumsum(batch.lengths[kind]) - batch.lengths[kind])[rows]
+        taken = lengths[kind]
+        ends = np.cumsum(taken)
+        values[name] = column_values[np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - taken), taken)]
+    return ColumnBatch(len(rows), lengths, values)
 
 
-def _split(batch: ColumnBatch, rows: int) -> Tuple[ColumnBatch, ColumnBatch]:
-    """The first ``rows`` rows of a column batch, and the rest (views, no copies)."""
-    cut = {kind: int(lengths[:rows].sum()) for kind, lengths in batch.lengths.items()}
-    head, rest = {}, {}
-    for name, values in batch.values.items():
-        at = rows if KIND_OF_COLUMN[name] == ONE_KIND else cut[KIND_OF_COLUMN[name]]
-        head[name], rest[name] = values[:at], values[at:]
-    return (ColumnBatch(rows, {k: v[:rows] for k, v in batch.lengths.items()}, head),
-            ColumnBatch(batch.rows - rows, {k: v[rows:] for k, v in batch.lengths.items()}, rest))
+# --- the publish's side: pieces into a file -------------------------------------------------
+
+
+_REQUIRED, _OPTIONAL, _REPEATED = 0, 1, 2  # FieldRepetitionType
+_LIST_CONVERTED = 3  # ConvertedType LIST; INT_8 and INT_16 are 15 and 16
+_NARROW_INTS = {"int8": (15, 8), "int16": (16, 16)}  # dtype -> (ConvertedType, IntType's bit width)
+
+
+def _int_annotation(dtype: str) -> List[Field]:
+    """A narrow integer's converted and logical type (INT32 physical values): none for int32."""
+    if dtype not in _NARROW_INTS:
+        return []
+    converted, bits = _NARROW_INTS[dtype]
+    return [Field(6, I32, converted),
+            Field(10, STRUCT, [Field(10, STRUCT, [Field(1, thrift.BYTE, bits), Field(2, thrift.TRUE, True)])])]
+
+
+@lru_cache(maxsize=None)
+def schema_elements(layout: str) -> Tuple[list, ...]:
+    """The footer's schema (SchemaElements, depth first) of a layout's rows, as pyarrow writes the
+    Arrow schema :func:`arrow_schema`, so that every reader sees exactly that schema: a list column
+    is a required LIST group of a repeated ``list`` of an optional INT32 ``element`` (Arrow's list
+    items are nullable), a scalar a required INT32; int8 and int16 annotated as such."""
+    columns = columns_of(layout)
+    elements = [[Field(3, I32, _REQUIRED), Field(4, BINARY, b"schema"), Field(5, I32, len(columns))]]
+    for column in columns:
+        name = column.name.encode()
+        if column.kind == ONE_KIND:
+            elements.append([Field(1, I32, _INT32), Field(3, I32, _REQUIRED), Field(4, BINARY, name), *_int_annotation(column.dtype)])
+            continue
+        elements.append([Field(3, I32, _REQUIRED), Field(4, BINARY, name), Field(5, I32, 1), Field(6, I32, _LIST_CONVERTED),
+                         Field(10, STRUCT, [Field(3, STRUCT, [])])])
+        elements.append([Field(3, I32, _REPEATED), Field(4, BINARY, b"list"), Field(5, I32, 1)])
+        elements.append([Field(1, I32, _INT32), Field(3, I32, _OPTIONAL), Field(4, BINARY, b"element"),
+                         *_int_annotation(column.dtype)])
+    return tuple(elements)
+
+
+def footer(layout: str, rows: int, row_groups: Sequence[list], created_by: bytes) -> bytes:
+    """The FileMetaData of a file of ``rows`` rows in ``row_groups``: format version 2, the layout's
+    schema, column orders by type (no statistics are written, but readers look for them)."""
+    leaves = len(columns_of(layout))
+    return thrift.encode([
+        Field(1, I32, 2), Field(2, LIST, ThriftList(STRUCT, schema_elements(layout))), Field(3, I64, rows),
+        Field(4, LIST, ThriftList(STRUCT, tuple(row_groups))), Field(6, BINARY, created_by),
+        Field(7, LIST, ThriftList(STRUCT, tuple([Field(1, STRUCT, [])] for _ in range(leaves)))),
+    ])
+
+
+def _path_in_schema(column) -> Tuple[bytes, ...]:
+    name = column.name.encode()
+    return (name,) if column.kind == ONE_KIND else (name, b"list", b"element")
+
+
+def _row_group(columns, at: int, rows: int, chunks: Sequence[Tuple[int, int, int]]) -> list:
+    """A RowGroup of ``rows`` rows whose column chunks are ``chunks`` (levels, bytes, offset): one
+    piece's pages, contiguous, in column order."""
+    metadata = []
+    for column, (levels, size, offset) in zip(columns, chunks):
+        meta = [
+            Field(1, I32, _INT32), Field(2, LIST, ThriftList(I32, (_RLE, _DELTA))),
+            Field(3, LIST, ThriftList(BINARY, _path_in_schema(column))), Field(4, I32, _UNCOMPRESSED),
+            Field(5, I64, levels), Field(6, I64, size), Field(7, I64, size), Field(9, I64, offset),
+        ]
+        metadata.append([Field(2, I64, 0), Field(3, STRUCT, meta)])
+    total = sum(size for _, size, _ in chunks)
+    return [Field(1, LIST, ThriftList(STRUCT, tuple(metadata))), Field(2, I64, total), Field(3, I64, rows),
+            Field(5, I64, chunks[0][2] if chunks else at), Field(6, I64, total)]
+
+
+def _row_groups(fd: int, size: int, layout: str, name: str) -> Tuple[List[list], int]:
+    """The row groups of the pieces that make the first ``size`` bytes of ``fd`` (each piece one row
+    group: its column chunks are contiguous), read from their headers only; and their rows."""
+    columns = columns_of(layout)
+    head_size = _PIECE_HEAD.size + len(columns) * _COLUMN_HEAD.size
+    groups, rows, offset = [], 0, 0
+    while offset < size:
+        head = os.pread(fd, head_size, offset)
+        magic, count, width = _PIECE_HEAD.unpack_from(head, 0) if len(head) == head_size else (b"", 0, 0)
+        if magic != PIECE_MAGIC or width != len(columns):
+            raise PieceError(f"{name}: byte {offset} is not a piece of {layout} rows")
+        position, chunks = offset + head_size, []
+        for index in range(width):
+            levels, _, length = _COLUMN_HEAD.unpack_from(head, _PIECE_HEAD.size + index * _COLUMN_HEAD.size)
+            chunks.append((levels, length, position))
+            position += length
+        if position > size:
+            raise PieceError(f"{name}: the piece at byte {offset} runs past its end")
+        groups.append(_row_group(columns, offset, count, chunks))
+        rows += count
+        offset = position
+    return groups, rows
+
+
+def finish_file(fd: int, layout: str, name: str) -> int:
+    """The file open as ``fd`` (read and write), whose bytes are pieces, made a Parquet file: the
+    footer appended (``PAR1`` first if it has no piece), fsynced. Its rows. Nothing is copied:
+    the pieces' headers stay between the row groups, which every reader locates by the footer."""
+    from .. import __version__
+
+    size = os.fstat(fd).st_size
+    groups, rows = _row_groups(fd, size, layout, name)
+    encoded = footer(layout, rows, groups, f"bert_data version {__version__}".encode())
+    tail = (b"" if size else b"PAR1") + encoded + _LENGTH.pack(len(encoded)) + b"PAR1"
+    view = memoryview(tail)
+    while view:
+        view = view[os.pwrite(fd, view, size + len(tail) - len(view)):]
+    os.fsync(fd)
+    return rows
+
+
+def finish_in_place(path: str, spec: ShardSpec) -> int:
+    """The partial shard at ``path`` (pieces) made the shard's Parquet file where it is: what a
+    local run publishes, renamed into place as TFRecord shards are (:func:`finish_file`)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return finish_file(fd, spec.layout, os.path.basename(path))
+    finally:
+        os.close(fd)
+
+
+def body_size(path: str) -> int:
+    """How many bytes of the finished file ``path`` are its pieces (the partial shard it was made
+    from): its size less the footer; -1 when it is not a finished Parquet file."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size < 12:
+                return -1
+            handle.seek(size - 8)
+            tail = handle.read(8)
+    except OSError:
+        return -1
+    length = _LENGTH.unpack_from(tail, 0)[0]
+    if tail[4:] != b"PAR1" or length + 8 > size:
+        return -1
+    body = size - length - 8
+    return 0 if body == 4 else body  # (a shard without pieces: its PAR1 was added by finish_file)
 
 
 class ShardFileWriter:
-    """One shard's Parquet file in ``directory`` (the container's ``open_shard``)."""
+    """One shard's Parquet file in ``directory`` (the container's ``open_shard``): a copy of the
+    assembled shard with the footer (:meth:`write_partial`), where the shard cannot be finished
+    where it is (a URL output's assembled copy is uploaded from here). The same bytes as
+    :func:`finish_in_place`."""
 
     def __init__(self, directory: str, shard_name: str, spec: ShardSpec) -> None:
-        import pyarrow.parquet as pq
-
         self.path = os.path.join(directory, shard_name)
         self.name = shard_name
         self.spec = spec
         self.records = 0
-        self._pending: List[ColumnBatch] = []
-        self._pending_rows = 0
-        self._writer = pq.ParquetWriter(self.path, arrow_schema(spec.layout), **write_options(spec.layout))
         self.sidecar_entries: List[object] = []
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
 
-    def write(self, features: Mapping[str, np.ndarray]) -> None:
-        """Buffer a batch of padded rows as unpadded columns (the padding dropped as the batch
-        arrives, so the buffer is a third of the padded rows' bytes); write every whole row group."""
-        rows = len(features["input_ids"])
-        if not rows:
-            return
-        self._pending.append(to_columns(features, self.spec.layout))
-        self._pending_rows += rows
-        while self._pending_rows >= ROW_GROUP_ROWS:
-            self._flush(ROW_GROUP_ROWS)
-
-    def _flush(self, rows: int) -> None:
-        """Write the first ``rows`` pending rows as one row group (contiguous columns, so its pages
-        are the same whatever batches the rows came in)."""
-        head, rest = _split(_joined(self._pending), rows)
-        self._pending = [rest] if rest.rows else []
-        self._pending_rows -= rows
-        self._writer.write_table(to_table(head, self.spec.layout), row_group_size=rows)
-        self.records += rows
+    def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
+        """The assembled shard ``source`` (pieces) copied (in the kernel where it can: copy_file_range),
+        checking ``stopped()`` every 64 MiB (the run is stopping: give up), then finished."""
+        with open(source, "rb") as handle:
+            size, done = os.fstat(handle.fileno()).st_size, 0
+            while done < size:
+                if stopped():
+                    raise InterruptedError(self.name)
+                step = min(size - done, 64 << 20)
+                moved = 0
+                if hasattr(os, "copy_file_range"):
+                    try:
+                        moved = os.copy_file_range(handle.fileno(), self._fd, step, done, done)
+                    except OSError:  # (another file system, an old kernel: copied here)
+                        moved = 0
+                if moved <= 0:
+                    data = os.pread(handle.fileno(), min(step, 1 << 20), done)
+                    if not data:
+                        raise PieceError(f"{source} ended at byte {done} of {size}")
+                    moved = os.pwrite(self._fd, data, done)
+                done += moved
+        self.records = finish_file(self._fd, self.spec.layout, self.name)
 
     def close(self) -> List[Tuple[str, int]]:
-        if self._pending_rows:
-            self._flush(self._pending_rows)
-        self._writer.close()
+        os.close(self._fd)
+        self._fd = -1
         return [(self.name, self.records)]
 
     def abort(self) -> None:
         try:
-            self._writer.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         finally:
             if os.path.exists(self.path):
                 os.unlink(self.path)

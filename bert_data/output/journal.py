@@ -289,7 +289,7 @@ def tail_checksum(read_at, size: int) -> int:
 
 def check_partial_shards(
     output_dir: str, work_dir: str, name: object, shard_bytes: Sequence[int], path: str, suffix: str,
-    tails: Optional[Sequence[int]] = None,
+    tails: Optional[Sequence[int]] = None, body_size: Callable[[str], int] = os.path.getsize,
 ) -> None:
     """Each partial shard holds at least the bytes the journal says (the resume cuts it back to
     them), and its last bytes up to there are the ones the journal saw (``tails``: its
@@ -305,7 +305,7 @@ def check_partial_shards(
         where = partial if os.path.exists(partial) else published
         try:
             actual = os.path.getsize(where) if os.path.exists(where) else 0
-            actual = actual if where == partial or actual == size else 0
+            actual = actual if where == partial or body_size(where) == size else 0
             moved = actual >= size and tails is not None and _tail_of(where, size) != tails[shard]
         except OSError:
             actual, moved = 0, False

@@ -18,8 +18,8 @@ the next group is made (the wait for the disk is off the run's path; journals st
 order, each after the bytes it claims); a resumed run truncates the partial shards back to the
 journal, so a group appended but not journaled is simply made again. Shards are renamed into
 place only when every group is in (:meth:`LocalDirOutput.publish`), the manifest last
-(:meth:`LocalDirOutput.commit`). Parquet shards are rewritten from the partial shards as
-groups come in (:class:`~bert_data.output.rewrite.LiveRewriter`), the rest at publish.
+(:meth:`LocalDirOutput.commit`). The shards of a container that cannot be concatenated are made
+from the partial shards at publish (:mod:`bert_data.output.rewrite`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import shutil
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import BertDataError, OutputError, ResumeError, plural
 from ..faults import crash_point
@@ -46,7 +46,7 @@ from .journal import (
     tail_checksum,
 )
 from .lock import output_lock
-from .rewrite import LiveRewriter, live_rewriter, rewrite_shards, rewrite_threads, shard_spec
+from .rewrite import rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
     LOCK_NAME, MANIFEST_NAME, PARTIAL_SUFFIX, PROGRESS_FILE, REWRITTEN_DIR, RUN_FILE, WORK_DIR_NAME, is_shard_of, shard_file_names,
 )
@@ -63,7 +63,8 @@ class ShardAssembler:
     """
 
     def __init__(
-        self, output_dir: str, work_dir: str, final_names: Sequence[str], resume_from: Optional[Mapping] = None
+        self, output_dir: str, work_dir: str, final_names: Sequence[str], resume_from: Optional[Mapping] = None,
+        body_size: Callable[[str], int] = os.path.getsize,
     ) -> None:
         self.output_dir = output_dir
         self.work_dir = work_dir
@@ -81,8 +82,8 @@ class ShardAssembler:
             self._fds = []
             for path, final, size in zip(self.partial_paths, self.final_names, self.bytes_per_shard):
                 published = os.path.join(output_dir, final)
-                if not os.path.exists(path) and os.path.exists(published) and os.path.getsize(published) == size:
-                    os.replace(published, path)  # killed between publishing shards and the manifest
+                if not os.path.exists(path) and os.path.exists(published) and body_size(published) == size:
+                    os.replace(published, path)  # killed between publishing shards and the manifest (cut back below)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # (read too: the journal's tail checksums)
                 if os.fstat(fd).st_size < size:
                     os.close(fd)
@@ -418,7 +419,8 @@ def clear_fragments(work_dir: str) -> None:
             os.unlink(path)
 
 
-def load_resume_state(output_dir: str, settings: Mapping, suffix: str) -> Optional[Dict]:
+def load_resume_state(output_dir: str, settings: Mapping, suffix: str,
+                      body_size: Callable[[str], int] = os.path.getsize) -> Optional[Dict]:
     """The journal of an interrupted run in ``output_dir``, checked against this run's settings.
 
     Returns None when the output is already complete (its manifest exists, same settings).
@@ -435,7 +437,7 @@ def load_resume_state(output_dir: str, settings: Mapping, suffix: str) -> Option
         state = read_journal(progress_path)
         check_progress(state, shards, progress_path)
         check_partial_shards(output_dir, work_dir, settings.get("name"), state["shard_bytes"], progress_path, suffix,
-                             state.get("shard_tails") or None)
+                             state.get("shard_tails") or None, body_size)
     else:
         state = {"next_group": 0, "shard_bytes": [0] * shards, "shard_records": [0] * shards, "stats": {}}
     clear_fragments(work_dir)
@@ -457,7 +459,6 @@ class LocalDirOutput:
         self.fragment_dir = ""
         self.next_group = 0
         self._assembler: Optional[ShardAssembler] = None
-        self._live: Optional[LiveRewriter] = None
 
     @property
     def shard_names(self) -> List[str]:
@@ -471,14 +472,15 @@ class LocalDirOutput:
         None when the output is already complete with these settings."""
         config = self.config
         if config.resume:
-            state = load_resume_state(self.output_dir, settings, self.container.suffix)
+            state = load_resume_state(self.output_dir, settings, self.container.suffix, self.container.published_body_size)
             if state is None:  # complete: a work directory a kill during the commit left behind goes now
                 if self.publishes_in_place:
                     require_listed_files(self.output_dir)
                 shutil.rmtree(self.work_dir, ignore_errors=True)
                 return None
             refuse_directories_in_the_way(config, self.container)
-            self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state)
+            self._assembler = ShardAssembler(self.output_dir, self.work_dir, self.shard_names, resume_from=state,
+                                             body_size=self.container.published_body_size)
             self.next_group = state["next_group"]
             if self.next_group > planned_groups:  # same inputs and settings plan the same groups: damaged
                 self._assembler.close()
@@ -505,9 +507,6 @@ class LocalDirOutput:
                     f"free space and run the same command again"
                 ) from None
             stats = Counter()
-        # Parquet's shards rewritten as groups come in (None: another format); a resumed run's from what was journaled
-        self._live = live_rewriter(config, self.container, os.path.join(self.work_dir, REWRITTEN_DIR),
-                                   self.shard_names, self._assembler)
         # Each attempt writes fragments into a directory of its own: anything an earlier, killed
         # attempt left behind (or a worker of it still writing) is never read.
         self.fragment_dir = os.path.join(self.work_dir, "attempts", f"{os.getpid()}-{time.time_ns()}")
@@ -528,8 +527,6 @@ class LocalDirOutput:
         self._assembler.append(result.fragment_path, result.segments)
         crash_point("appended", result.group_index)
         self._assembler.checkpoint(result.group_index + 1, stats)  # (its crash point fires once the journal is written)
-        if self._live is not None:
-            self._live.advance(self._assembler)
 
     def publish(self) -> Dict[str, int]:
         try:
@@ -543,8 +540,12 @@ class LocalDirOutput:
         """Every partial shard (a TFRecord stream) rewritten into the container's file(s)
         (:mod:`bert_data.output.rewrite`), each renamed into place when whole, the sidecar last.
         The partial shards stay until the commit: a run killed here is resumed by rewriting again."""
-        started = self._live.handover() if self._live is not None else ()
         sources = self._assembler.finish_partials()
+        if hasattr(self.container, "finish_in_place"):  # (Parquet: a footer makes each partial shard its file)
+            spec = shard_spec(self.config)
+            with ThreadPoolExecutor(max_workers=rewrite_threads(self.config)) as pool:
+                list(pool.map(lambda path: self.container.finish_in_place(path, spec), sources))
+            return self._assembler.publish()
         rewritten = os.path.join(self.work_dir, REWRITTEN_DIR)
 
         def place(name: str) -> None:  # on disk before its name is (as the TFRecord shards are)
@@ -556,7 +557,7 @@ class LocalDirOutput:
             os.replace(os.path.join(rewritten, name), os.path.join(self.output_dir, name))
 
         per_file, sidecar = rewrite_shards(sources, self.shard_names, self.container, rewritten,
-                                           shard_spec(self.config), place, rewrite_threads(self.config), started)
+                                           shard_spec(self.config), place, rewrite_threads(self.config))
         if sidecar is not None:
             write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar)
         return per_file
@@ -577,9 +578,6 @@ class LocalDirOutput:
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def close(self) -> None:
-        live, self._live = self._live, None
-        if live is not None:
-            live.close()  # its unfinished files removed (those the publish finished are in place already)
         if self._assembler is not None:
             self._assembler.close()
 

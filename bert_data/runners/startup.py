@@ -196,10 +196,9 @@ OUTPUT_PER_INPUT_BYTE = 2.0
 def disk_space_warning(config: Config, input_bytes: int) -> str:
     """A warning when the estimated output (and its fragments, written once more on the way)
     may not fit in the free space of ``--output_dir``'s file system, else "". A format that is
-    rewritten from assembled TFRecord shards at publish (Parquet, MDS, HDF5:
-    :mod:`bert_data.output.rewrite`) holds those shards and the shards being rewritten at once
-    (one per rewrite thread, or every shard it rewrites while the run goes on: live_shards) at its
-    peak; gzip is advised only where the format takes it."""
+    rewritten from assembled TFRecord shards at publish (MDS, HDF5: :mod:`bert_data.output.rewrite`)
+    holds those shards and the shards being rewritten at once (one per rewrite thread) at its peak
+    (Parquet's are finished in place); gzip is advised only where the format takes it."""
     if "://" in config.output_dir or not input_bytes:
         return ""
     probe = os.path.abspath(config.output_dir)
@@ -212,17 +211,18 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     free = stats.f_bavail * stats.f_frsize
     ratio = OUTPUT_PER_INPUT_BYTE * (0.3 if config.compression == "gzip" else 1.0)
     estimate = int(input_bytes * config.dupe_factor * ratio)
-    rewritten = config.output_format != "tfrecord"
+    from ..format.containers import container_of
+
+    other_format = config.output_format != "tfrecord"  # (no gzip for them)
+    rewritten = other_format and not hasattr(container_of(config), "finish_in_place")  # (Parquet: no copy)
     if rewritten:  # (a rewritten shard is smaller than its TFRecords: counted at their size, to be safe)
-        from ..format.containers import container_of
-        from ..output.rewrite import live_shards, rewrite_threads
+        from ..output.rewrite import rewrite_threads
 
         shards = max(1, config.num_output_files)
-        at_once = max(min(rewrite_threads(config), shards), live_shards(config, container_of(config), shards))
-        estimate += estimate * at_once // shards
+        estimate += estimate * min(rewrite_threads(config), shards) // shards
     if estimate <= free:
         return ""
-    advice = "free space or choose another --output_dir" if rewritten else "free space, or use --compression gzip"
+    advice = "free space or choose another --output_dir" if other_format else "free space, or use --compression gzip"
     peak = f", --output_format {config.output_format} rewriting its TFRecord shards at the end" if rewritten else ""
     return (
         f"the output may need about {estimate / 1e9:.1f} GB ({input_bytes / 1e9:.2f} GB of input x "

@@ -1,0 +1,303 @@
+"""Parquet written by the workers (:mod:`bert_data.format.parquet`): pieces of data pages made from
+the padded rows (the C accelerator and numpy, byte for byte), files assembled from them with a
+footer of our own (Thrift: :mod:`bert_data.format.thrift_compact`) that pyarrow reads back as the
+rows that went in, with the Arrow schema of the layout; refusals of rows that unpadded columns
+cannot hold; a stop between row groups; and ``--resume`` past whatever an earlier attempt left
+where the shards are assembled. Skipped when pyarrow is missing, except under CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import base_args, published_files, write_corpus, write_vocab
+
+from bert_data.format import native, parquet
+from bert_data.format import thrift_compact as thrift
+from bert_data.format.columns import ColumnError, columns_of, to_columns
+from bert_data.format.tfrecord import frame_records
+from bert_data.tools.create import main
+
+
+def _need(module: str) -> None:
+    if importlib.util.find_spec(module) is None and not os.environ.get("CI"):
+        pytest.skip(f"needs {module}")
+
+
+def _need_native() -> None:
+    if native.wire() is None and not os.environ.get("CI"):
+        pytest.skip("the C accelerator is not built")
+    assert native.wire() is not None, "CI builds the C accelerator (pip install -e .)"
+
+
+# --- Thrift's compact protocol ------------------------------------------------------------------
+
+
+def test_compact_structs_round_trip() -> None:
+    F = thrift.Field
+    struct = [
+        F(1, thrift.I32, -5), F(2, thrift.I64, 1 << 40), F(3, thrift.BINARY, b"name"),
+        F(4, thrift.LIST, thrift.ThriftList(thrift.I32, tuple(range(-3, 20)))),  # 23 items: the long list header
+        F(5, thrift.TRUE, True), F(6, thrift.TRUE, False),
+        F(40, thrift.STRUCT, [F(1, thrift.BYTE, -7), F(2, thrift.STRUCT, [])]),  # a field id 34 past the last
+        F(41, thrift.LIST, thrift.ThriftList(thrift.STRUCT, ([F(1, thrift.I16, 300)], []))),
+    ]
+    data = thrift.encode(struct)
+    decoded, end = thrift.decode(data + b"tail")
+    assert end == len(data)
+    assert thrift.encode(decoded) == data
+    assert thrift.get(decoded, 1) == -5 and thrift.get(decoded, 2) == 1 << 40 and thrift.get(decoded, 6) is False
+    assert thrift.get(decoded, 4).values == tuple(range(-3, 20))
+    with pytest.raises(thrift.ThriftError):
+        thrift.decode(data[:-3])
+
+
+# --- pieces: padded rows -> pages ----------------------------------------------------------------
+
+
+@st.composite
+def batches(draw):
+    """Padded rows of the NSP layout: lengths 0..width (an empty list included), values anywhere in
+    their columns' types, features int32 or int64 as the writer may hand them over."""
+    n = draw(st.integers(1, 40))
+    seq, pred = draw(st.integers(1, 48)), draw(st.integers(1, 12))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    seq_len = rng.integers(0 if draw(st.booleans()) else 1, seq + 1, n)
+    pred_len = rng.integers(0, pred + 1, n)
+    wide = np.int64 if draw(st.booleans()) else np.int32
+    big = draw(st.sampled_from([30522, 2**31 - 1]))  # ids of a BERT vocabulary, or up to int32's top
+
+    def padded(lengths, width, low, high, dtype=wide):
+        out = np.zeros((n, width), dtype)
+        real = np.arange(width)[None, :] < lengths[:, None]
+        out[real] = rng.integers(low, high, int(real.sum()), endpoint=True)
+        return out, real.astype(dtype)
+
+    input_ids, input_mask = padded(seq_len, seq, -big if draw(st.booleans()) else 0, big)
+    segment_ids, _ = padded(seq_len, seq, 0, 1)
+    positions, weights = padded(pred_len, pred, 0, 32767)
+    masked_ids, _ = padded(pred_len, pred, 0, big)
+    features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+                "masked_lm_positions": positions, "masked_lm_ids": masked_ids,
+                "masked_lm_weights": weights.astype(np.float32),
+                "next_sentence_labels": rng.integers(0, 2, (n, 1)).astype(wide)}
+    shards = rng.integers(0, draw(st.integers(1, 4)), n)
+    return features, shards
+
+
+def _numpy_pieces(features, shards, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "_wire", None)
+        return parquet.encode_pieces(features, shards, "nsp")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches(), page_rows=st.sampled_from([1, 3, 1024]))
+def test_the_c_accelerator_makes_the_pages_numpy_makes(batch, page_rows, monkeypatch) -> None:
+    _need_native()
+    features, shards = batch
+    monkeypatch.setattr(parquet, "PAGE_ROWS", page_rows)
+    assert parquet.encode_pieces(features, shards, "nsp") == _numpy_pieces(features, shards, monkeypatch)
+
+
+def _assemble(pieces: List[bytes], directory: Path, name: str = "x.parquet", layout: str = "nsp") -> Path:
+    """Pieces, as a partial shard holds them (back to back), made a file: a URL run's copy
+    (ShardFileWriter) and a local run's in place must be the same bytes."""
+    partial = directory / (name + ".partial")
+    partial.write_bytes(b"".join(pieces))
+    spec = parquet.ShardSpec(layout, (), 0, 0)
+    writer = parquet.ShardFileWriter(str(directory), name, spec)
+    writer.write_partial(str(partial))
+    assert writer.close() == [(name, writer.records)]
+    assert parquet.finish_in_place(str(partial), spec) == writer.records
+    assert partial.read_bytes() == (directory / name).read_bytes()
+    assert parquet.body_size(str(directory / name)) == sum(len(piece) for piece in pieces)
+    return directory / name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches(), page_rows=st.sampled_from([1, 2, 7, 1024]), numpy_only=st.booleans())
+def test_assembled_pieces_read_back_as_the_rows_that_went_in(batch, page_rows, numpy_only, monkeypatch,
+                                                             tmp_path_factory) -> None:
+    _need("pyarrow")
+    import pyarrow.parquet as pq
+
+    features, shards = batch
+    monkeypatch.setattr(parquet, "PAGE_ROWS", page_rows)
+    if numpy_only:
+        monkeypatch.setattr(native, "_wire", None)
+    pieces = parquet.encode_pieces(features, shards, "nsp")
+    assert [shard for shard, _, _ in pieces] == sorted(set(shards.tolist()))
+    directory = tmp_path_factory.mktemp("assembled")
+    for shard, piece, rows in pieces:
+        mine = np.flatnonzero(shards == shard)
+        assert rows == len(mine)
+        want = to_columns({k: v[mine] for k, v in features.items()}, "nsp")
+        path = _assemble([piece, piece], directory, f"s{shard}.parquet")  # twice: rows of two pieces
+        handle = pq.ParquetFile(path)
+        assert handle.schema_arrow.equals(parquet.arrow_schema("nsp"))
+        sizes = [handle.metadata.row_group(i).num_rows for i in range(handle.metadata.num_row_groups)]
+        assert sizes == [rows, rows]  # a row group a piece
+        table = handle.read()
+        for column in columns_of("nsp"):
+            got = table.column(column.name).to_pylist()
+            if column.kind == "one":
+                expected = want.values[column.name].tolist()
+            else:
+                ends = np.cumsum(want.lengths[column.kind])
+                expected = [part.tolist() for part in np.split(want.values[column.name], ends[:-1])]
+            assert got == expected + expected, column.name
+
+
+@pytest.mark.parametrize("layout", ["nsp", "mlm_only", "unmasked"])
+def test_every_layout_is_read_with_its_arrow_schema_by_pyarrow_and_datasets(layout, tmp_path) -> None:
+    _need("pyarrow")
+    import pyarrow.parquet as pq
+
+    names = {c.feature for c in columns_of(layout)}
+    features = {"input_ids": np.array([[101, 7, 102, 0]], np.int32), "input_mask": np.array([[1, 1, 1, 0]], np.int32),
+                "segment_ids": np.zeros((1, 4), np.int32), "masked_lm_positions": np.array([[1, 0]], np.int64),
+                "masked_lm_ids": np.array([[7, 0]], np.int64), "masked_lm_weights": np.array([[1, 0]], np.float32),
+                "next_sentence_labels": np.array([[1]], np.int32)}
+    features = {k: v for k, v in features.items() if k in names | {"input_mask", "masked_lm_weights"} and
+                (k != "masked_lm_weights" or "masked_lm_positions" in names)}
+    (piece,) = [p for _, p, _ in parquet.encode_pieces(features, np.zeros(1, np.int64), layout)]
+    path = _assemble([piece], tmp_path, layout=layout)
+    assert pq.read_schema(path).equals(parquet.arrow_schema(layout))
+    assert pq.read_table(path).column("input_ids").to_pylist() == [[101, 7, 102]]
+    if importlib.util.find_spec("datasets") is not None:
+        import datasets
+
+        rows = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+        assert rows[0]["input_ids"] == [101, 7, 102]
+
+
+def _nsp_rows() -> Dict[str, np.ndarray]:
+    return {"input_ids": np.array([[101, 7, 102, 0]], np.int32), "input_mask": np.array([[1, 1, 1, 0]], np.int32),
+            "segment_ids": np.array([[0, 0, 1, 0]], np.int32), "masked_lm_positions": np.array([[1, 0]], np.int64),
+            "masked_lm_ids": np.array([[7, 0]], np.int64), "masked_lm_weights": np.array([[1, 0]], np.float32),
+            "next_sentence_labels": np.array([[0]], np.int32)}
+
+
+@pytest.mark.parametrize("c_accelerator", [True, False])
+@pytest.mark.parametrize("damage", ["a mask that is not a prefix", "a token past the mask", "a segment id past int8"])
+def test_a_row_unpadded_columns_cannot_hold_is_refused(damage, c_accelerator, monkeypatch) -> None:
+    if c_accelerator:
+        _need_native()
+    else:
+        monkeypatch.setattr(native, "_wire", None)
+    rows = _nsp_rows()
+    if damage == "a mask that is not a prefix":
+        rows["input_mask"] = np.array([[1, 0, 1, 0]], np.int32)
+    elif damage == "a token past the mask":
+        rows["input_ids"][0, 3] = 5
+    else:
+        rows["segment_ids"][0, 1] = 300
+    with pytest.raises(ColumnError):
+        parquet.encode_pieces(rows, np.zeros(1, np.int64), "nsp")
+
+
+def test_a_partial_shard_of_something_else_is_a_clear_error(tmp_path) -> None:
+    (_, piece, _), = parquet.encode_pieces(_nsp_rows(), np.zeros(1, np.int64), "nsp")
+    spec = parquet.ShardSpec("nsp", (), 0, 0)
+    for name, data, problem in [("framed", frame_records([piece]), "byte 0 is not a piece of nsp rows"),
+                                ("cut", piece[:-3], "the piece at byte 0 runs past its end"),
+                                ("other", piece + b"\x08\x01" * 100, f"byte {len(piece)} is not a piece")]:
+        partial = tmp_path / f"{name}.partial"
+        partial.write_bytes(data)
+        writer = parquet.ShardFileWriter(str(tmp_path), f"{name}.parquet", spec)
+        with pytest.raises(parquet.PieceError, match=problem):
+            writer.write_partial(str(partial))
+        writer.abort()
+        assert not (tmp_path / f"{name}.parquet").exists()
+    assert parquet.body_size(str(tmp_path / "other.partial")) == -1
+
+
+def test_a_shard_without_rows_is_a_parquet_file_with_no_row_group(tmp_path) -> None:
+    _need("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = _assemble([], tmp_path)
+    assert path.read_bytes()[:4] == b"PAR1"
+    assert pq.read_table(path).num_rows == 0 and pq.ParquetFile(path).metadata.num_row_groups == 0
+
+
+def test_a_stop_leaves_no_file(tmp_path) -> None:
+    """A signal or another shard's failure stops a copy (rewrite_shard's ``stop``); the file goes
+    with the writer's abort."""
+    import threading
+
+    from bert_data.format.containers import container_for
+    from bert_data.output.rewrite import RewriteStopped, rewrite_shard
+
+    (_, piece, _), = parquet.encode_pieces(_nsp_rows(), np.zeros(1, np.int64), "nsp")
+    partial = tmp_path / "x.partial"
+    partial.write_bytes(piece * 3)
+    stop = threading.Event()
+    stop.set()
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RewriteStopped):
+        rewrite_shard(str(partial), container_for("parquet"), str(tmp_path / "out"), "x.parquet",
+                      parquet.ShardSpec("nsp", (), 4, 2), stop)
+    assert not list((tmp_path / "out").iterdir())
+
+
+# --- --resume past what an interrupted publish left ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("pieces")
+    return {"metadata": write_corpus(root / "corpus", n_docs=24), "vocab": write_vocab(root / "vocab.txt")}
+
+
+def _args(corpus, out: Path, fmt: str) -> List[str]:
+    return base_args(corpus["metadata"], corpus["vocab"], out, split_num=2, dupe_factor=3, output_format=fmt)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "mds"])
+@pytest.mark.parametrize("obstacle", ["fifo", "directory", "read-only file", "fifo as the directory"])
+def test_what_an_interrupted_run_left_being_assembled_never_blocks_the_resume(corpus, tmp_path, obstacle, fmt) -> None:
+    """Whatever is at the paths an earlier attempt was rewriting into (``.bert_data_work/rewritten``:
+    a FIFO, which an open would wait on for ever; a directory; a file that cannot be written) is
+    removed by ``--resume`` (Parquet finishes its shards in place, MDS rewrites them there)."""
+    _need("pyarrow")
+    if fmt == "mds":
+        _need("streaming")
+    assert main(_args(corpus, tmp_path / "clean", fmt)) == 0
+    out = tmp_path / "out"
+    args = _args(corpus, out, fmt)
+    child = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
+    killed = subprocess.run(child + args, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "BERT_DATA_CRASH_AT": "checkpointed:1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    rewritten = out / ".bert_data_work" / "rewritten"
+    if obstacle == "fifo as the directory":
+        shutil.rmtree(rewritten, ignore_errors=True)
+        os.mkfifo(rewritten)
+    else:
+        rewritten.mkdir(exist_ok=True)
+        target = rewritten / ("examples-1.parquet" if fmt == "parquet" else "examples-1.00000.mds")
+        target.unlink(missing_ok=True)
+        if obstacle == "fifo":
+            os.mkfifo(target)
+        elif obstacle == "directory":
+            (target / "inside").mkdir(parents=True)
+        else:
+            target.write_bytes(b"x")
+            target.chmod(0o444)
+    resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert published_files(out) == published_files(tmp_path / "clean")
