@@ -2652,6 +2652,136 @@ done:
     return result;
 }
 
+/* ---- MDS samples (bert_data.format.mds) ------------------------------------------------------ */
+
+#define MDS_MAX_COLUMNS 8
+
+typedef struct {
+    Py_buffer values, counts;
+    Py_ssize_t width;
+    int variable, item, wide;
+    long long low, high;
+} MdsColumn;
+
+/* Column c's encoded bytes in row r's sample (a 1-D ndarray: its shape header and values). */
+static Py_ssize_t mds_size(const MdsColumn *c, int64_t r) {
+    const int64_t n = ((const int64_t *)c->counts.buf)[r];
+    return (Py_ssize_t)n * c->item + (c->variable ? 1 + (n < 256 ? 1 : n < 65536 ? 2 : 4) : 0);
+}
+
+/* Whether row r of column c fits an MDS sample (1..width values for an ndarray column, one for a
+ * scalar; each within low..high; the padding 0). */
+static int mds_row_fits(const MdsColumn *c, int64_t r) {
+    const int64_t n = ((const int64_t *)c->counts.buf)[r];
+    if (n < 1 || n > c->width || (!c->variable && n != 1)) return 0;
+    int bad = 0;
+    if (c->wide) {
+        const int64_t *x = (const int64_t *)c->values.buf + r * c->width;
+        for (int64_t t = 0; t < n; t++) bad |= x[t] < c->low || x[t] > c->high;
+        for (Py_ssize_t t = n; t < c->width; t++) bad |= x[t] != 0;
+    } else {
+        const int32_t *x = (const int32_t *)c->values.buf + r * c->width;
+        for (int64_t t = 0; t < n; t++) bad |= x[t] < c->low || x[t] > c->high;
+        for (Py_ssize_t t = n; t < c->width; t++) bad |= x[t] != 0;
+    }
+    return !bad;
+}
+
+/* Column c's bytes of row r at p (NDArray's encoding of a 1-D array: one byte 1 << 2 | code, the
+ * length as uint8, uint16 or uint32 (code 0, 1, 2), the values; a scalar: its value). */
+static uint8_t *mds_put_column(const MdsColumn *c, int64_t r, uint8_t *p) {
+    const int64_t n = ((const int64_t *)c->counts.buf)[r];
+    if (c->variable) {
+        const int code = n < 256 ? 0 : n < 65536 ? 1 : 2;
+        *p++ = (uint8_t)((1 << 2) | code);
+        const uint32_t length = (uint32_t)n;
+        memcpy(p, &length, (size_t)1 << code); /* little-endian (see PyInit__wire) */
+        p += (size_t)1 << code;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t x = c->wide ? ((const int64_t *)c->values.buf)[r * c->width + t]
+                                  : ((const int32_t *)c->values.buf)[r * c->width + t];
+        if (c->item == 4) { const int32_t v = (int32_t)x; memcpy(p, &v, 4); }
+        else if (c->item == 2) { const int16_t v = (int16_t)x; memcpy(p, &v, 2); }
+        else *p = (uint8_t)(int8_t)x;
+        p += c->item;
+    }
+    return p;
+}
+
+/* mds_frames(columns, rows) -> bytes or None: the TFRecord frames of rows `rows` (int64 indices,
+ * in order) as MDS samples, back to back (bert_data.format.mds.encode_samples' bytes: the uint32
+ * byte size of each ndarray column, then every column in order). columns: (values, width, counts,
+ * variable, item, low, high) in the MDS writer's column order: values C-contiguous int32 or int64
+ * rows of `width`, counts int64 (each row's values: its prefix), item the stored bytes a value
+ * (1, 2 or 4). None when a row does not fit (an empty array, which MDS refuses; a value outside
+ * low..high; padding not 0): the numpy path then says why. */
+static PyObject *mds_frames(PyObject *self, PyObject *args) {
+    PyObject *columns_arg, *rows_arg;
+    if (!PyArg_ParseTuple(args, "OO", &columns_arg, &rows_arg)) return NULL;
+    PyObject *seq = PySequence_Fast(columns_arg, "mds_frames: columns must be a sequence");
+    if (!seq) return NULL;
+    MdsColumn cols[MDS_MAX_COLUMNS];
+    int got = 0, have_rows = 0;
+    Py_buffer rows_view;
+    Py_ssize_t nrows = 0, count;
+    PyObject *result = NULL;
+    const Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
+    if (nc < 1 || nc > MDS_MAX_COLUMNS) { PyErr_SetString(PyExc_ValueError, "mds_frames: 1 to 8 columns"); goto done; }
+    for (Py_ssize_t i = 0; i < nc; i++) {
+        MdsColumn *c = &cols[i];
+        PyObject *values, *counts;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OnOpiLL", &values, &c->width, &counts, &c->variable,
+                              &c->item, &c->low, &c->high)) goto done;
+        if (!any_vector(values, &c->values, 0, 'i', 4, 'q', 8, &count, "mds_frames")) goto done;
+        if (!any_vector(counts, &c->counts, 0, 'q', 8, 0, 0, &nrows, "mds_frames")) { PyBuffer_Release(&c->values); goto done; }
+        got++;
+        c->wide = c->values.itemsize == 8;
+        if (c->width < 1 || count != nrows * c->width || (c->item != 1 && c->item != 2 && c->item != 4)) {
+            PyErr_SetString(PyExc_ValueError, "mds_frames: a column's values must hold len(counts) rows of width; item 1, 2 or 4");
+            goto done;
+        }
+        if (i && nrows != cols[0].counts.len / 8) { PyErr_SetString(PyExc_ValueError, "mds_frames: columns of different rows"); goto done; }
+    }
+    if (!any_vector(rows_arg, &rows_view, 0, 'q', 8, 0, 0, &count, "mds_frames")) goto done;
+    have_rows = 1;
+    const int64_t *rows = rows_view.buf;
+    int variables = 0;
+    for (Py_ssize_t i = 0; i < nc; i++) variables += cols[i].variable;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (rows[j] < 0 || rows[j] >= nrows) { PyErr_SetString(PyExc_IndexError, "mds_frames: a row index is out of range"); goto done; }
+        Py_ssize_t payload = 4 * variables;
+        for (Py_ssize_t i = 0; i < nc; i++) {
+            if (!mds_row_fits(&cols[i], rows[j])) { result = Py_None; Py_INCREF(result); goto done; }
+            payload += mds_size(&cols[i], rows[j]);
+        }
+        total += 16 + payload;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (!result) goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t j = 0; j < count; j++) {
+        uint8_t *frame = p, *payload = p + 12, *q = payload + 4 * variables;
+        for (Py_ssize_t i = 0, v = 0; i < nc; i++) {
+            if (cols[i].variable) { const uint32_t s = (uint32_t)mds_size(&cols[i], rows[j]); memcpy(payload + 4 * v++, &s, 4); }
+            q = mds_put_column(&cols[i], rows[j], q);
+        }
+        const uint64_t length = (uint64_t)(q - payload);
+        memcpy(frame, &length, 8);
+        uint32_t crc = masked(crc32c(frame, 8));
+        memcpy(frame + 8, &crc, 4);
+        crc = masked(crc32c(payload, (size_t)length));
+        memcpy(q, &crc, 4);
+        p = q + 4;
+    }
+done:
+    for (int i = 0; i < got; i++) { PyBuffer_Release(&cols[i].values); PyBuffer_Release(&cols[i].counts); }
+    if (have_rows) PyBuffer_Release(&rows_view);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"cut_frames", cut_frames, METH_VARARGS, "(data, starts_out, lengths_out) -> (count, end, bad)"},
     {"decode_fixed", decode_fixed, METH_VARARGS,
@@ -2687,6 +2817,8 @@ static PyMethodDef methods[] = {
      "single_sentence_chunks, continuations_kept)"},
     {"mt_draws", mt_draws, METH_VARARGS, "(state, kinds, args) -> (state, values): random.Random's draws (tests)"},
     {"crc32c", crc32c_py, METH_O, "CRC32C of a bytes-like object"},
+    {"mds_frames", mds_frames, METH_VARARGS,
+     "(columns, rows) -> bytes or None: the TFRecord frames of the rows' MDS samples"},
     {"parquet_page", parquet_page, METH_VARARGS,
      "(values, width, counts, rows, levels, low, high) -> (payload, levels) or None: a Parquet data page's levels and DELTA values"},
     {"use_simd_varints", use_simd_varints, METH_O, "(on) -> previous: the SSSE3 varint blocks on or off (tests)"},
@@ -2706,7 +2838,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 10) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 11) < 0) {
         Py_DECREF(m);
         return NULL;
     }

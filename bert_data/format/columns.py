@@ -31,7 +31,7 @@ Packed rows (``--packing``) and the Model Zoo's token strings are not columnar h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -154,6 +154,53 @@ def layout_of_features(names) -> str:
     if not fitting:
         raise ValueError(f"no columnar layout has its features among {sorted(have)}")
     return max(fitting, key=lambda layout: len(columns_of(layout)))
+
+
+def select_rows(batch: ColumnBatch, rows: np.ndarray) -> ColumnBatch:
+    """The column batch of ``rows`` (indices, ascending) of ``batch``."""
+    if len(rows) == batch.rows:
+        return batch
+    lengths = {kind: kind_lengths[rows] for kind, kind_lengths in batch.lengths.items()}
+    values = {}
+    for name, column_values in batch.values.items():
+        kind = KIND_OF_COLUMN[name]
+        if kind == ONE_KIND:
+            values[name] = column_values[rows]
+            continue
+        starts = (np.cumsum(batch.lengths[kind]) - batch.lengths[kind])[rows]
+        taken = lengths[kind]
+        ends = np.cumsum(taken)
+        values[name] = column_values[np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - taken), taken)]
+    return ColumnBatch(len(rows), lengths, values)
+
+
+def rows_by_shard(shard_of_row: np.ndarray) -> List[Tuple[int, np.ndarray]]:
+    """Each shard present (ascending) with its rows (ascending), of a batch's ``shard_of_row``."""
+    shard_of_row = np.asarray(shard_of_row, dtype=np.int64)
+    if not len(shard_of_row):
+        return []
+    return [(shard, np.flatnonzero(shard_of_row == shard)) for shard in np.flatnonzero(np.bincount(shard_of_row)).tolist()]
+
+
+def native_counts(native, features: Mapping[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
+    """Each row's list length of every kind (a scalar's: 1) from the masks, by the C accelerator's
+    ``prefix_counts``; None when a mask is not a prefix of ones (:func:`to_columns` says so)."""
+    n = len(features["input_ids"])
+    counts = {ONE_KIND: np.ones(n, dtype=np.int64)}
+    for kind, mask in LENGTH_OF_KIND.items():
+        if mask in features:
+            values = np.asarray(features[mask])
+            values = np.ascontiguousarray(values if values.dtype in (np.int32, np.float32) else values.astype(np.float32))
+            counts[kind] = np.empty(n, dtype=np.int64)
+            if not native.prefix_counts(values, values.shape[1], counts[kind]):
+                return None
+    return counts
+
+
+def padded_column(features: Mapping[str, np.ndarray], column: Column) -> np.ndarray:
+    """A column's padded rows as the C accelerator takes them: C-contiguous int32 or int64, (n, k)."""
+    array = np.asarray(features[column.feature]).reshape(len(features["input_ids"]), -1)
+    return np.ascontiguousarray(array if array.dtype in (np.int32, np.int64) else array.astype(np.int64))
 
 
 def _prefix_lengths(mask: np.ndarray, what: str) -> Tuple[np.ndarray, np.ndarray]:

@@ -23,12 +23,14 @@ journal, resume, the URL output's index objects: unchanged). Only at ``publish``
 hand each assembled shard to :func:`bert_data.output.rewrite.rewrite_shard`, which makes the
 container's file(s) from it. What a frame holds is the container's choice:
 
-* ``tf.train.Example`` records (the default ``frame_runs``: MDS, HDF5): the shard is decoded in
+* ``tf.train.Example`` records (the default ``frame_runs``: HDF5): the shard is decoded in
   bounded batches (:func:`~bert_data.format.batch_decode.decode_examples`: padded ``(n, k)``
   arrays of the layout, rows in shard order) and fed to the shard writer's ``write(features)``;
-* the format's own encoding, made by the workers (Parquet's ``frame_runs``: a piece of data pages
-  per batch and shard, :mod:`bert_data.format.parquet`): the shard writer's
-  ``write_partial(path, stopped)`` assembles the file from them, decoding nothing.
+* the format's own encoding, made by the workers (its ``frame_runs``: MDS's samples in TFRecord
+  frames, :mod:`bert_data.format.mds`; Parquet's pieces of data pages, unframed,
+  :mod:`bert_data.format.parquet`): the shard writer's ``write_partial(path, stopped)`` makes
+  the file(s) from them, decoding nothing (Parquet's local shards are finished where they are:
+  ``finish_in_place``).
 
 Either way a shard's file is a pure function of its assembled shard: byte-identical for any
 worker count, runner or resume, holding the same records in the same order as the TFRecords of
@@ -225,6 +227,14 @@ class MDSContainer(RewritingContainer):
         from .mds import index_bytes
 
         return index_bytes(entries)
+
+    def frame_runs(self, encoder, features: Mapping[str, np.ndarray],
+                   shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:
+        """A batch's rows as MDS samples the workers encode, TFRecord-framed: the publish hands them
+        to the ``MDSWriter`` as they are (:func:`bert_data.format.mds.frame_samples`)."""
+        from .mds import frame_samples
+
+        return frame_samples(features, shard_of_row, layout_of_features(features))
 
 
 class HDF5Container(RewritingContainer):

@@ -23,11 +23,14 @@ size and hash against it, as it checks TFRecords' CRCs). ``streaming`` is import
 :func:`streaming_base` (readers) and :func:`mds_writer_class` (the writer's own modules: no
 transformers, 1.3 CPU-s less a run).
 
-Speed (issue 28): ``MDSWriter.write`` of one row is ~50 us of Python, 5x the rest of a run, so a
-batch of rows is encoded at once (:func:`encode_samples`: whole-batch numpy, in the layout of
-streaming's own encodings) and handed to the writer (:func:`append_samples`), whose
-``flush_shard`` still makes, hashes and writes every piece; ``tests/test_output_formats.py``
-checks the pieces and index byte for byte against ``MDSWriter.write`` row by row.
+Speed (issue 28): ``MDSWriter.write`` of one row is ~50 us of Python, 5x the rest of a run, so the
+workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_frames`` straight
+from the padded rows, else whole-batch numpy, :func:`encode_samples`, in the layout of streaming's
+own encodings and its writer's column list, :func:`writer_columns`) into TFRecord frames of their
+fragments; at publish the shard's writer reads the frames (every CRC checked) and hands the
+samples to the ``MDSWriter`` (:func:`append_samples`), whose ``flush_shard`` still makes, hashes
+and writes every piece. ``tests/test_output_formats.py`` checks the pieces and index byte for byte
+against ``MDSWriter.write`` row by row, ``tests/test_worker_encoding.py`` the C path against numpy.
 """
 
 from __future__ import annotations
@@ -43,12 +46,19 @@ import stat
 import sys
 import threading
 import types
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
-from .columns import KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, rows_to_batch, to_columns
+from .batch_decode import iter_record_batches
+from .columns import (
+    KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, rows_by_shard,
+    rows_to_batch, select_rows, to_columns,
+)
+from .native import wire
+from .tfrecord import frame_records
 
 PIECE_HASH = "xxh64"  # each piece's hash in index.json (streaming's own hashing; xxhash is installed beside it)
 SIZE_LIMIT = 1 << 26  # bytes of one MDS piece (streaming's default; an MDS file must stay below 4 GiB)
@@ -212,6 +222,64 @@ def mds_columns(layout: str) -> Dict[str, str]:
     return {c.name: c.dtype if c.kind == ONE_KIND else f"ndarray:{c.dtype}" for c in columns_of(layout)}
 
 
+@dataclass(frozen=True)
+class WriterColumns:
+    """The column list an ``MDSWriter`` of a layout's columns keeps (``streaming``'s writer sorts
+    them by name; a scalar's size is its dtype's, an ``ndarray`` column's None: variable), made
+    without importing streaming, for the workers (the tests hold it to a real writer's)."""
+
+    column_names: Tuple[str, ...]
+    column_encodings: Tuple[str, ...]
+    column_sizes: Tuple[Optional[int], ...]
+
+
+@functools.lru_cache(maxsize=None)
+def writer_columns(layout: str) -> WriterColumns:
+    columns = mds_columns(layout)
+    names = tuple(sorted(columns))
+    sizes = tuple(None if columns[n].startswith("ndarray:") else np.dtype(columns[n]).itemsize for n in names)
+    return WriterColumns(names, tuple(columns[n] for n in names), sizes)
+
+
+def frame_samples(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, layout: str
+                  ) -> List[Tuple[int, bytes, int]]:
+    """A batch's padded rows (row i for shard ``shard_of_row[i]``) as MDS samples, one run of
+    TFRecord frames per shard present, in shard order: ``(shard, frames, rows)``. The workers
+    encode the samples (the C accelerator's ``mds_frames`` from the padded rows; else
+    :func:`encode_samples`, the same bytes); at publish the writer only appends them."""
+    shards = rows_by_shard(shard_of_row)
+    native = wire()
+    if native is not None:
+        runs = _native_frames(native, features, shards, layout)
+        if runs is not None:
+            return runs
+    batch = to_columns(features, layout)  # (what the C path refused, named)
+    return [(shard, frame_records([bytes(sample) for sample in encode_samples(writer_columns(layout), select_rows(batch, rows))]),
+             len(rows)) for shard, rows in shards]
+
+
+def _native_frames(native, features: Mapping[str, np.ndarray], shards, layout: str):
+    """:func:`frame_samples` by the C accelerator (the same bytes); None where a row does not fit."""
+    counts = native_counts(native, features)
+    if counts is None:
+        return None
+    by_name = {c.name: c for c in columns_of(layout)}
+    spec = []
+    for name in writer_columns(layout).column_names:
+        column = by_name[name]
+        bounds = np.iinfo(column.dtype)
+        array = padded_column(features, column)
+        spec.append((array, array.shape[1], counts[column.kind], column.kind != ONE_KIND, np.dtype(column.dtype).itemsize,
+                     int(bounds.min), int(bounds.max)))
+    runs = []
+    for shard, rows in shards:
+        frames = native.mds_frames(spec, rows)
+        if frames is None:
+            return None
+        runs.append((shard, frames, len(rows)))
+    return runs
+
+
 def piece_name(shard_name: str, piece: int) -> str:
     """``examples-1.mds``, 0 -> ``examples-1.00000.mds``."""
     return f"{shard_name[: -len(MDS_SUFFIX)]}.{piece:05d}{MDS_SUFFIX}"
@@ -233,10 +301,17 @@ class ShardFileWriter:
         self.sidecar_entries: List[Dict] = []
         self._written: List[str] = []
 
-    def write(self, features: Mapping[str, np.ndarray]) -> None:
-        """A batch of padded rows as MDS samples: encoded in bulk (:func:`encode_samples`), then
-        handed to the ``MDSWriter`` (:func:`append_samples`), which cuts, hashes and writes the pieces."""
-        append_samples(self._writer, encode_samples(self._writer, to_columns(features, self.spec.layout)))
+    def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
+        """The assembled shard ``source``: TFRecord frames of samples the workers encoded
+        (:func:`frame_samples`), every CRC checked, handed to the ``MDSWriter`` a batch at a time
+        (:func:`append_samples`), which cuts, hashes and writes the pieces. ``stopped()`` is asked
+        between batches (~1 MB: the run is stopping, give up)."""
+        for batch in iter_record_batches(source):
+            if stopped():
+                raise InterruptedError(self.name)
+            view = memoryview(batch.data)
+            append_samples(self._writer, [view[start:start + length] for start, length
+                                          in zip(batch.starts.tolist(), batch.lengths.tolist())])
 
     def close(self) -> List[Tuple[str, int]]:
         self._writer.finish()

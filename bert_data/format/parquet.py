@@ -49,8 +49,11 @@ from typing import Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from . import thrift_compact as thrift
+from .columns import (
+    ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, rows_by_shard, select_rows,
+    to_columns,
+)
 from .native import wire
-from .columns import KIND_OF_COLUMN, LENGTH_OF_KIND, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, to_columns
 from .thrift_compact import BINARY, I32, I64, LIST, STRUCT, Field, ThriftList
 
 PAGE_ROWS = 1024  # rows per data page at most (~1.5 MB of values at MSL 512, about pyarrow's page size)
@@ -58,7 +61,7 @@ PIECE_MAGIC = b"PAR1"  # a piece's first bytes: Parquet's magic, so a partial sh
 _INT32, _RLE, _DELTA, _UNCOMPRESSED, _DATA_PAGE = 1, 3, 5, 0, 0  # parquet.thrift's enums
 _DELTA_BLOCK = 128  # deltas per DELTA_BINARY_PACKED block (4 miniblocks of 32)
 _PIECE_HEAD = struct.Struct("<4sqq")  # magic, rows, columns
-_COLUMN_HEAD = struct.Struct("<qqq")  # per column: levels, uncompressed bytes, compressed bytes (pages with headers)
+_COLUMN_HEAD = struct.Struct("<qq")  # per column: its levels, the bytes of its pages (headers included)
 _LENGTH = struct.Struct("<I")
 # A list column is ``name`` (required) / ``list`` (repeated) / ``element`` (optional: Arrow's list items
 # are nullable, and the schema is pyarrow's): a value is at definition level 2, an empty list at 0.
@@ -66,7 +69,8 @@ _MAX_DEFINITION = 2
 
 
 class PieceError(ValueError):
-    """A frame of a partial Parquet shard that is not a piece of this layout (a bug, never data)."""
+    """Bytes of a partial Parquet shard that are not a piece of this layout (a bug, never data: the
+    partial shards are the run's own, journaled and cut back to the journal on resume)."""
 
 
 def arrow_schema(layout: str):
@@ -210,7 +214,7 @@ def _piece(rows: int, columns: Sequence[Tuple[int, List[bytes]]]) -> bytes:
     """A piece of ``rows`` rows from each column's (levels, pages), in the layout's column order:
     the header (:data:`PIECE_MAGIC`, rows, columns; each column's levels and bytes), then the pages."""
     chunks = [b"".join(pages) for _, pages in columns]
-    heads = [_COLUMN_HEAD.pack(levels, len(chunk), len(chunk)) for (levels, _), chunk in zip(columns, chunks)]
+    heads = [_COLUMN_HEAD.pack(levels, len(chunk)) for (levels, _), chunk in zip(columns, chunks)]
     return b"".join([_PIECE_HEAD.pack(PIECE_MAGIC, rows, len(heads)), *heads, *chunks])
 
 
@@ -228,37 +232,27 @@ def encode_pieces(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, 
     """A batch's padded rows (row i for shard ``shard_of_row[i]``) as one piece per shard present,
     in shard order: ``(shard, piece, rows)``. Raises :class:`~bert_data.format.columns.ColumnError`
     for a row that unpadded columns cannot hold exactly."""
-    shard_of_row = np.asarray(shard_of_row, dtype=np.int64)
-    present = np.flatnonzero(np.bincount(shard_of_row)) if len(shard_of_row) else []  # (np.unique imports numpy.ma)
-    shards = [(shard, np.flatnonzero(shard_of_row == shard)) for shard in present.tolist()] if len(present) else []
+    shards = rows_by_shard(shard_of_row)
     native = wire()
     if native is not None:
         pieces = _native_pieces(native, features, shards, layout)
         if pieces is not None:
             return pieces
     batch = to_columns(features, layout)  # (what the C path refused, named)
-    return [(shard, encode_piece(_rows(batch, rows), layout), len(rows)) for shard, rows in shards]
+    return [(shard, encode_piece(select_rows(batch, rows), layout), len(rows)) for shard, rows in shards]
 
 
 def _native_pieces(native, features: Mapping[str, np.ndarray], shards, layout: str):
     """:func:`encode_pieces` by the C accelerator's ``prefix_counts`` and ``parquet_page`` (the same
     bytes), straight from the padded rows; None where a row does not fit (the numpy path says why)."""
-    n = len(features["input_ids"])
-    counts = {ONE_KIND: np.ones(n, dtype=np.int64)}
-    for kind, mask in LENGTH_OF_KIND.items():
-        if mask in features:
-            values = np.asarray(features[mask])
-            values = np.ascontiguousarray(values if values.dtype in (np.int32, np.float32) else values.astype(np.float32))
-            counts[kind] = np.empty(n, dtype=np.int64)
-            if not native.prefix_counts(values, values.shape[1], counts[kind]):
-                return None
+    counts = native_counts(native, features)
+    if counts is None:
+        return None
     arrays = []
     for column in columns_of(layout):
-        array = np.asarray(features[column.feature]).reshape(n, -1)
-        if array.dtype not in (np.int32, np.int64):
-            array = array.astype(np.int64)
         bounds = np.iinfo(column.dtype)
-        arrays.append((np.ascontiguousarray(array), counts[column.kind], column.kind != ONE_KIND, int(bounds.min), int(bounds.max)))
+        arrays.append((padded_column(features, column), counts[column.kind], column.kind != ONE_KIND,
+                       int(bounds.min), int(bounds.max)))
     pieces = []
     for shard, rows in shards:
         columns = []
@@ -273,24 +267,6 @@ def _native_pieces(native, features: Mapping[str, np.ndarray], shards, layout: s
             columns.append((total, pages))
         pieces.append((shard, _piece(len(rows), columns), len(rows)))
     return pieces
-
-
-def _rows(batch: ColumnBatch, rows: np.ndarray) -> ColumnBatch:
-    """The column batch of ``rows`` (indices, ascending) of ``batch``."""
-    if len(rows) == batch.rows:
-        return batch
-    lengths = {kind: kind_lengths[rows] for kind, kind_lengths in batch.lengths.items()}
-    values = {}
-    for name, column_values in batch.values.items():
-        kind = KIND_OF_COLUMN[name]
-        if kind == ONE_KIND:
-            values[name] = column_values[rows]
-            continue
-        starts = (np.cumsum(batch.lengths[kind]) - batch.lengths[kind])[rows]
-        taken = lengths[kind]
-        ends = np.cumsum(taken)
-        values[name] = column_values[np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - taken), taken)]
-    return ColumnBatch(len(rows), lengths, values)
 
 
 # --- the publish's side: pieces into a file -------------------------------------------------
@@ -376,7 +352,7 @@ def _row_groups(fd: int, size: int, layout: str, name: str) -> Tuple[List[list],
             raise PieceError(f"{name}: byte {offset} is not a piece of {layout} rows")
         position, chunks = offset + head_size, []
         for index in range(width):
-            levels, _, length = _COLUMN_HEAD.unpack_from(head, _PIECE_HEAD.size + index * _COLUMN_HEAD.size)
+            levels, length = _COLUMN_HEAD.unpack_from(head, _PIECE_HEAD.size + index * _COLUMN_HEAD.size)
             chunks.append((levels, length, position))
             position += length
         if position > size:

@@ -537,9 +537,10 @@ class LocalDirOutput:
             self.close()
 
     def _publish_rewritten(self) -> Dict[str, int]:
-        """Every partial shard (a TFRecord stream) rewritten into the container's file(s)
-        (:mod:`bert_data.output.rewrite`), each renamed into place when whole, the sidecar last.
-        The partial shards stay until the commit: a run killed here is resumed by rewriting again."""
+        """Every partial shard made into the container's file(s) (:mod:`bert_data.output.rewrite`),
+        each renamed into place when whole, the sidecar last; the partial shards stay until the
+        commit, so a run killed here is resumed by rewriting again. Parquet's are finished in place
+        and renamed as TFRecord shards are (a resumed run takes them back: ShardAssembler)."""
         sources = self._assembler.finish_partials()
         if hasattr(self.container, "finish_in_place"):  # (Parquet: a footer makes each partial shard its file)
             spec = shard_spec(self.config)

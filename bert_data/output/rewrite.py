@@ -5,15 +5,18 @@ Their fragments hold runs that the outputs assemble, journal and resume exactly 
 run's index objects. At ``publish`` each assembled shard becomes the container's own file(s) by
 :func:`rewrite_shard`:
 
-* Parquet's runs are pieces its workers encoded (:mod:`bert_data.format.parquet`): its writer
-  (``write_partial``) copies their pages into row groups and writes the footer; nothing decoded.
-* MDS's and HDF5's runs are TFRecord-framed ``tf.train.Example`` records: they are read in
-  bounded batches (:func:`~bert_data.format.batch_decode.iter_record_batches`, every CRC checked),
-  decoded into the layout's padded arrays (:func:`~bert_data.format.batch_decode.decode_examples`)
-  and written by the container's shard writer (:func:`feed`).
+* Parquet's runs are pieces of data pages its workers encoded (:mod:`bert_data.format.parquet`):
+  its writer (``write_partial``) gives a copy of the shard its footer (a local run finishes its
+  partial shards in place instead, ``finish_in_place``, and renames them);
+* MDS's runs are TFRecord frames of samples its workers encoded (:mod:`bert_data.format.mds`): its
+  writer reads the frames (every CRC checked) and hands the samples to streaming's ``MDSWriter``;
+* HDF5's runs are TFRecord-framed ``tf.train.Example`` records: they are read in bounded batches
+  (:func:`~bert_data.format.batch_decode.iter_record_batches`), decoded into the layout's padded
+  arrays (:func:`~bert_data.format.batch_decode.decode_examples`) and written by the container's
+  shard writer (:func:`feed`).
 
 :func:`rewrite_shards` does every shard (several at once, on threads: the writers spend their time
-in copies, numpy, h5py or streaming's writer) and then the container's sidecar file, if it has one.
+in copies, h5py or streaming's writer) and then the container's sidecar file, if it has one.
 The files are a pure function of the assembled shard of the same seed, so they are byte-identical
 for any worker count, runner or resume (``tests/test_output_formats.py``).
 """

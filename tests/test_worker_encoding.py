@@ -1,9 +1,10 @@
-"""Parquet written by the workers (:mod:`bert_data.format.parquet`): pieces of data pages made from
-the padded rows (the C accelerator and numpy, byte for byte), files assembled from them with a
-footer of our own (Thrift: :mod:`bert_data.format.thrift_compact`) that pyarrow reads back as the
-rows that went in, with the Arrow schema of the layout; refusals of rows that unpadded columns
-cannot hold; a stop between row groups; and ``--resume`` past whatever an earlier attempt left
-where the shards are assembled. Skipped when pyarrow is missing, except under CI.
+"""Formats the workers encode: Parquet's pieces of data pages (:mod:`bert_data.format.parquet`)
+and MDS's samples (:mod:`bert_data.format.mds`), made from the padded rows by the C accelerator
+and by numpy, byte for byte; Parquet files made from pieces by a footer of our own (Thrift:
+:mod:`bert_data.format.thrift_compact`) that pyarrow and ``datasets`` read back as the rows that
+went in, with the Arrow schema of the layout; refusals of rows the formats cannot hold; a stop;
+and ``--resume`` past whatever an earlier attempt left where shards are rewritten. Skipped when
+pyarrow / streaming are missing, except under CI.
 """
 
 from __future__ import annotations
@@ -184,6 +185,28 @@ def test_every_layout_is_read_with_its_arrow_schema_by_pyarrow_and_datasets(layo
         assert rows[0]["input_ids"] == [101, 7, 102]
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches())
+def test_duckdb_and_polars_read_the_rows_pyarrow_reads(batch, tmp_path_factory) -> None:
+    """Two readers that share no code with pyarrow's (DuckDB's own Parquet reader, polars' Rust
+    one) read every value of a file of pieces, headers between its row groups included."""
+    _need("pyarrow")
+    _need("duckdb")
+    _need("polars")
+    import duckdb
+    import polars
+    import pyarrow.parquet as pq
+
+    features, shards = batch
+    pieces = [piece for _, piece, _ in parquet.encode_pieces(features, shards, "nsp")]
+    path = _assemble(pieces, tmp_path_factory.mktemp("readers"))
+    want = pq.read_table(path).to_pydict()
+    assert polars.read_parquet(path).to_dict(as_series=False) == want
+    names = ", ".join(want)
+    rows = duckdb.sql(f"SELECT {names} FROM read_parquet('{path}')").fetchall()
+    assert [list(row) for row in rows] == [list(row) for row in zip(*want.values())]
+
+
 def _nsp_rows() -> Dict[str, np.ndarray]:
     return {"input_ids": np.array([[101, 7, 102, 0]], np.int32), "input_mask": np.array([[1, 1, 1, 0]], np.int32),
             "segment_ids": np.array([[0, 0, 1, 0]], np.int32), "masked_lm_positions": np.array([[1, 0]], np.int64),
@@ -252,6 +275,40 @@ def test_a_stop_leaves_no_file(tmp_path) -> None:
         rewrite_shard(str(partial), container_for("parquet"), str(tmp_path / "out"), "x.parquet",
                       parquet.ShardSpec("nsp", (), 4, 2), stop)
     assert not list((tmp_path / "out").iterdir())
+
+
+# --- MDS samples: padded rows -> TFRecord frames of streaming's sample bytes ---------------------
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches())
+def test_the_c_accelerator_makes_the_mds_samples_numpy_makes(batch, monkeypatch) -> None:
+    _need_native()
+    from bert_data.format import mds
+
+    features, shards = batch
+    if (features["input_mask"].sum(axis=1) == 0).any() or (features["masked_lm_weights"].sum(axis=1) == 0).any():
+        with pytest.raises(ValueError, match="0 elements"):  # MDS refuses an empty array: C declines, numpy says so
+            mds.frame_samples(features, shards, "nsp")
+        return
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "_wire", None)
+        expected = mds.frame_samples(features, shards, "nsp")
+    assert mds.frame_samples(features, shards, "nsp") == expected
+
+
+@pytest.mark.parametrize("layout", ["nsp", "mlm_only", "unmasked"])
+def test_the_workers_column_list_is_mdswriters(layout, tmp_path) -> None:
+    """The workers encode samples in the column order, encodings and sizes of the MDSWriter that
+    writes them (computed without importing streaming: tested against a real writer)."""
+    _need("streaming")
+    from bert_data.format import mds
+
+    writer = mds.mds_writer_class()(out=str(tmp_path / "w"), columns=mds.mds_columns(layout), compression=None)
+    mine = mds.writer_columns(layout)
+    assert (list(mine.column_names), list(mine.column_encodings), list(mine.column_sizes)) == \
+        (list(writer.column_names), list(writer.column_encodings), list(writer.column_sizes))
+    writer.finish()
 
 
 # --- --resume past what an interrupted publish left ---------------------------------------------
