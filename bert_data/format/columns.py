@@ -31,7 +31,7 @@ Packed rows (``--packing``) and the Model Zoo's token strings are not columnar h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -180,6 +180,26 @@ def rows_by_shard(shard_of_row: np.ndarray) -> List[Tuple[int, np.ndarray]]:
     if not len(shard_of_row):
         return []
     return [(shard, np.flatnonzero(shard_of_row == shard)) for shard in np.flatnonzero(np.bincount(shard_of_row)).tolist()]
+
+
+def shard_runs(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, layout: str, native_runs: Callable,
+               numpy_run: Callable[[ColumnBatch], bytes]) -> List[Tuple[int, bytes, int]]:
+    """A batch's padded rows (row i for shard ``shard_of_row[i]``) as one run of a format's bytes
+    per shard present, in shard order: ``(shard, run, rows)``, for a format its workers encode.
+    ``native_runs(native, features, shards, layout)`` makes them with the C accelerator, or says
+    None (a row it declines: the numpy path names the problem); else each shard's rows, as a
+    :class:`ColumnBatch` (:func:`to_columns`, which raises :class:`ColumnError`), go to
+    ``numpy_run``: the reference, with the same bytes."""
+    from .native import wire
+
+    shards = rows_by_shard(shard_of_row)
+    native = wire()
+    if native is not None:
+        runs = native_runs(native, features, shards, layout)
+        if runs is not None:
+            return runs
+    batch = to_columns(features, layout)
+    return [(shard, numpy_run(select_rows(batch, rows)), len(rows)) for shard, rows in shards]
 
 
 def native_counts(native, features: Mapping[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:

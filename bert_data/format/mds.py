@@ -54,10 +54,9 @@ import numpy as np
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
 from .batch_decode import iter_record_batches
 from .columns import (
-    KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, rows_by_shard,
-    rows_to_batch, select_rows, to_columns,
+    KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, rows_to_batch,
+    shard_runs,
 )
-from .native import wire
 from .tfrecord import frame_records
 
 PIECE_HASH = "xxh64"  # each piece's hash in index.json (streaming's own hashing; xxhash is installed beside it)
@@ -247,15 +246,8 @@ def frame_samples(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, 
     TFRecord frames per shard present, in shard order: ``(shard, frames, rows)``. The workers
     encode the samples (the C accelerator's ``mds_frames`` from the padded rows; else
     :func:`encode_samples`, the same bytes); at publish the writer only appends them."""
-    shards = rows_by_shard(shard_of_row)
-    native = wire()
-    if native is not None:
-        runs = _native_frames(native, features, shards, layout)
-        if runs is not None:
-            return runs
-    batch = to_columns(features, layout)  # (what the C path refused, named)
-    return [(shard, frame_records([bytes(sample) for sample in encode_samples(writer_columns(layout), select_rows(batch, rows))]),
-             len(rows)) for shard, rows in shards]
+    return shard_runs(features, shard_of_row, layout, _native_frames,
+                      lambda batch: frame_records([bytes(s) for s in encode_samples(writer_columns(layout), batch)]))
 
 
 def _native_frames(native, features: Mapping[str, np.ndarray], shards, layout: str):

@@ -49,11 +49,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from . import thrift_compact as thrift
-from .columns import (
-    ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, rows_by_shard, select_rows,
-    to_columns,
-)
-from .native import wire
+from .columns import ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, shard_runs
 from .thrift_compact import BINARY, I32, I64, LIST, STRUCT, Field, ThriftList
 
 PAGE_ROWS = 1024  # rows per data page at most (~1.5 MB of values at MSL 512, about pyarrow's page size)
@@ -232,14 +228,7 @@ def encode_pieces(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, 
     """A batch's padded rows (row i for shard ``shard_of_row[i]``) as one piece per shard present,
     in shard order: ``(shard, piece, rows)``. Raises :class:`~bert_data.format.columns.ColumnError`
     for a row that unpadded columns cannot hold exactly."""
-    shards = rows_by_shard(shard_of_row)
-    native = wire()
-    if native is not None:
-        pieces = _native_pieces(native, features, shards, layout)
-        if pieces is not None:
-            return pieces
-    batch = to_columns(features, layout)  # (what the C path refused, named)
-    return [(shard, encode_piece(select_rows(batch, rows), layout), len(rows)) for shard, rows in shards]
+    return shard_runs(features, shard_of_row, layout, _native_pieces, lambda batch: encode_piece(batch, layout))
 
 
 def _native_pieces(native, features: Mapping[str, np.ndarray], shards, layout: str):
