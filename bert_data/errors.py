@@ -98,6 +98,23 @@ def raise_on_sigterm() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes an OSError (EFBIG), not a kill
 
 
+def ignore_stop_signals() -> None:
+    """From now on the stop signals (Ctrl-C, SIGTERM, SIGHUP, SIGXCPU) are ignored: for a tool
+    whose work is done and which is only exiting, so that a stop then neither prints a traceback
+    from the interpreter's shutdown, nor kills it silently once the shutdown has put the default
+    actions back (it does so for Python handlers, not for SIG_IGN), nor prints a line calling the
+    finished work undone; the tool exits with its own code. SIGKILL still ends a stuck exit. Main
+    thread only, as :func:`raise_on_sigterm`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGINT", *STOP_SIGNALS):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker (the process that unlinks a run's shared memory and
     semaphores at its end) with SIGHUP and SIGXCPU blocked, which it inherits and keeps: it

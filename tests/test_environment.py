@@ -398,3 +398,47 @@ def test_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path, sig) -> N
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
     assert (out / "data_params.json").exists()
+
+
+_STOP_AFTER_THE_WORK = r"""
+import os, signal, sys, time
+import bert_data.tools as tools
+tools._PROGRAM = "create_tfrecords"  # as when started as a program (a console script, python -m)
+from bert_data.tools.endings import guarded, work_is_done
+
+def body():
+    if sys.argv[1] == "done":
+        work_is_done()  # the output is complete: what create_tfrecords says once run_job has returned
+    os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+    time.sleep(0.5)  # (the signal is handled here, at the latest)
+    print("summary")
+    return 0
+
+sys.exit(guarded("create_tfrecords", body, then="run the same command again", writes_output=True))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_after_the_output_is_complete_changes_nothing(tmp_path, sig) -> None:
+    """helper-23: a stop that came as a finished run printed its summary or shut down gave exit 143
+    with no line (the interpreter's shutdown had put the default action back), a traceback from
+    threading's shutdown with exit 0, or 'interrupted; run the same command again (nothing was
+    written yet)' beside a complete output. Once the work is done a stop is ignored: the summary,
+    exit 0, nothing on stderr. Before that, a stop is still one line with the signal's exit code."""
+    done = subprocess.run([sys.executable, "-c", _STOP_AFTER_THE_WORK, "done", sig], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "summary\n", "")
+    working = subprocess.run([sys.executable, "-c", _STOP_AFTER_THE_WORK, "working", sig], capture_output=True, text=True,
+                             timeout=60)
+    code = {"SIGTERM": 143, "SIGINT": 130, "SIGHUP": 129}[sig]
+    assert working.returncode == code and working.stdout == "" and len(working.stderr.splitlines()) == 1, working.stderr
+
+
+def test_a_tool_called_in_process_keeps_its_callers_signal_handlers() -> None:
+    """work_is_done ignores stops only in a tool started as a program: a test or a library that
+    calls a tool's main() keeps Ctrl-C (and a test runner its own SIGTERM handling)."""
+    from bert_data.tools.endings import work_is_done
+
+    before = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGINT", "SIGTERM", "SIGHUP")}
+    work_is_done()
+    assert {name: signal.getsignal(getattr(signal, name)) for name in before} == before

@@ -193,6 +193,8 @@ def shard_runs(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, lay
     from .native import wire
 
     shards = rows_by_shard(shard_of_row)
+    if not shards:
+        return []
     native = wire()
     if native is not None:
         runs = native_runs(native, features, shards, layout)

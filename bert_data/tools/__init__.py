@@ -44,6 +44,12 @@ def _stopped_while_starting(signum, frame) -> None:
     os._exit(130 if signum == _signal.SIGINT else 128 + signum)
 
 
+def started_as_program() -> bool:
+    """Whether this process was started as one of the tools (a console script, ``python -m``),
+    not a library import, a test or a worker process."""
+    return _PROGRAM is not None
+
+
 def restore_default_interrupt() -> None:
     """Ctrl-C raises KeyboardInterrupt again (a tool's main() handles it from here on)."""
     if _PROGRAM is not None and _signal.getsignal(_signal.SIGINT) is _stopped_while_starting:

@@ -20,7 +20,7 @@ from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
 from .cli import GivenOnce, OneLineParser, drop_stdout, resolve_log_level, unknown_log_level
-from .endings import emit, guarded, os_error, stopped
+from .endings import emit, guarded, os_error, stopped, work_is_done
 
 PROG = "create_tfrecords"
 
@@ -181,7 +181,7 @@ def _print_config(args: argparse.Namespace, prog: str = PROG) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
-    return guarded(prog, lambda: _main(argv, prog), then=NOTHING_WRITTEN)
+    return guarded(prog, lambda: _main(argv, prog), then=NOTHING_WRITTEN, writes_output=True)
 
 
 def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
@@ -213,6 +213,7 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         quiet = bool(args.quiet) or config.runner == "beam"  # Beam's runner reports its own progress
         with RunProgress(stream=sys.stderr, quiet=quiet) as progress:
             manifests = run_job(config, on_group=progress.update, on_start=progress.start, pipeline_args=pipeline_args)
+            work_is_done()  # (a stop while the summary prints, or at exit, changes nothing now)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
         return print_error(prog, error_line(exc), exc.exit_code)

@@ -18,8 +18,8 @@ import sys
 
 from typing import Callable
 
-from ..errors import Terminated, raise_on_sigterm
-from . import restore_default_interrupt
+from ..errors import Terminated, ignore_stop_signals, raise_on_sigterm
+from . import restore_default_interrupt, started_as_program
 
 OUT_OF_MEMORY_EXIT = 3
 
@@ -41,11 +41,14 @@ def guard_standard_fds() -> None:
         sys.stderr = open(2, "w", closefd=False)
 
 
-def guarded(prog: str, body: Callable[[], int], then: str = "run the same command again") -> int:
+def guarded(prog: str, body: Callable[[], int], then: str = "run the same command again", writes_output: bool = False) -> int:
     """Every tool's ``main``: standard descriptors guarded, stop signals raising from now on, and
     a stop that comes before the tool's own handlers (nothing began) said in one line ending with
-    ``then`` (:data:`bert_data.errors.NOTHING_WRITTEN` for the tools that write output)."""
+    ``then`` (:data:`bert_data.errors.NOTHING_WRITTEN` for the tools that write output). A stop
+    that comes once the body has returned is not the body's: its code stands, and a tool that
+    ``writes_output`` (its work durable once the body returns) then ignores stops (:func:`_exiting`)."""
     guard_standard_fds()
+    code = None
     try:
         raise_on_sigterm()  # SIGTERM, SIGHUP, SIGXCPU; a file-size limit (SIGXFSZ) becomes an OSError
         restore_default_interrupt()  # (the start-up handler of bert_data.tools: Ctrl-C raises from now on)
@@ -53,9 +56,31 @@ def guarded(prog: str, body: Callable[[], int], then: str = "run the same comman
             print(f"{prog}: error: the working directory was removed (a shell still in it?): cd to a directory "
                   f"that exists and {then}", file=sys.stderr)
             return 2
-        return body()
+        code = body()
+        _exiting(writes_output)
+        return code
     except (KeyboardInterrupt, MemoryError) as exc:
+        if code is not None:  # (stopped between the tool's end and the line above: its result stands)
+            _exiting(writes_output)
+            return code
         return stopped(prog, exc, then)
+
+
+def _exiting(writes_output: bool) -> None:
+    """The tool's body has returned: a writing tool started as a program only exits from here
+    (:func:`work_is_done`). One that only prints (inspect) keeps Ctrl-C for a stdout that blocks."""
+    if writes_output:
+        work_is_done()
+
+
+def work_is_done() -> None:
+    """The tool's output is complete (published, its manifest written): from now on a tool started
+    as a program ignores stop signals (:func:`bert_data.errors.ignore_stop_signals`) and exits with
+    its own code, whatever comes while it prints its summary and the interpreter shuts down (a stop
+    then changes nothing: no traceback, no line calling the finished work undone). A tool called
+    in-process (tests, a library) keeps its caller's signal handlers."""
+    if started_as_program():
+        ignore_stop_signals()
 
 
 def _working_directory_exists() -> bool:

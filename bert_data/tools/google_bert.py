@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import NOTHING_WRITTEN, BertDataError, ConfigError, print_error
 from .cli import clip, drop_stdout, resolve_log_level, unknown_log_level
-from .endings import emit, guarded, os_error, stopped
+from .endings import emit, guarded, os_error, stopped, work_is_done
 
 PROG = "create_pretraining_data"
 
@@ -329,7 +329,7 @@ def _log_level(values: Dict[str, Any]) -> Optional[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN)
+    return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN, writes_output=True)
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
@@ -382,6 +382,7 @@ def _run(values: Dict[str, Any], state: Dict[str, Any]) -> int:
     named = NamedFiles(outputs, {"metadata_files": [], "create_pretraining_data": {"flags": flags, "input_files": inputs}})
     with RunProgress(stream=sys.stderr, quiet=bool(values["quiet"])) as progress:
         manifest = run_job(config, on_group=progress.update, on_start=progress.start, named=named)[""]
+        work_is_done()  # (a stop while the summary prints, or at exit, changes nothing now)
     # the same end-of-run summary as create_tfrecords (the named files, the data's warnings, what next)
     emit(PROG, run_summary({"": dict(manifest, manifest_path=named.manifest_path)}, time.perf_counter() - started))
     return 0

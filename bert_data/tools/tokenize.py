@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from .cli import resolve_log_level, unknown_log_level
 from .create import build_parser, config_from_args
-from .endings import emit, guarded, os_error, stopped
+from .endings import emit, guarded, os_error, stopped, work_is_done
 
 PROG = "bert-data tokenize"
 
@@ -34,7 +34,7 @@ BERT_RANDOM_SEED = 12345  # create_pretraining_data's --random_seed default: the
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN)
+    return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN, writes_output=True)
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
@@ -69,6 +69,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         with _bert_input_list(args):
             config = config_from_args(args)
             manifest, pool_kept = run_tokenize(config)
+            work_is_done()  # (a stop while the summary prints, or at exit, changes nothing now)
     except BertDataError as exc:
         return print_error(PROG, str(exc), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:
