@@ -358,3 +358,27 @@ def test_what_an_interrupted_run_left_being_assembled_never_blocks_the_resume(co
     resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert published_files(out) == published_files(tmp_path / "clean")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tfrecord"])
+def test_a_published_shard_changed_before_the_resume_is_named(corpus, tmp_path, fmt) -> None:
+    """helper-23: a run killed after publishing its shards, one of which was then changed, was
+    refused as 'progress.json is damaged (it counts N bytes in X.partial, which holds 0)': a
+    journal blamed, a file named that is not there. The line names the shard that changed."""
+    if fmt == "parquet":
+        _need("pyarrow")
+    out = tmp_path / "out"
+    args = _args(corpus, out, fmt)
+    child = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
+    killed = subprocess.run(child + args, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "BERT_DATA_CRASH_AT": "published:0"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    shard = sorted(out.glob(f"examples-*.{fmt}s" if fmt == "tfrecord" else f"examples-*.{fmt}"))[1]
+    shard.write_bytes(shard.read_bytes()[:-10])
+    resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
+    lines = resumed.stderr.strip().splitlines()
+    assert resumed.returncode == 2 and len(lines) == 1, resumed.stderr
+    assert lines[0].startswith(f"create_tfrecords: error: --resume: {shard} is not the shard this run published (")
+    assert lines[0].endswith("changed or replaced after the run stopped; start over with --overwrite (the interrupted "
+                             "run cannot be continued)")
+    assert main(args + ["--overwrite"]) == 0

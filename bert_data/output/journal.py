@@ -305,10 +305,17 @@ def check_partial_shards(
         where = partial if os.path.exists(partial) else published
         try:
             actual = os.path.getsize(where) if os.path.exists(where) else 0
-            actual = actual if where == partial or body_size(where) == size else 0
+            replaced = where == published and actual and body_size(where) != size
+            actual = 0 if replaced else actual
             moved = actual >= size and tails is not None and _tail_of(where, size) != tails[shard]
         except OSError:
-            actual, moved = 0, False
+            actual, moved, replaced = 0, False, False
+        if replaced:  # (its partial shard is gone: the run was killed while publishing, then the file changed)
+            raise ResumeError(
+                f"--resume: {published} is not the shard this run published ({size} bytes of records, then the "
+                f"format's ending): it was changed or replaced after the run stopped; start over with --overwrite (the "
+                f"interrupted run cannot be continued)"
+            )
         if actual < size:
             raise damaged(path, f"it counts {size} bytes in {final}{PARTIAL_SUFFIX}, which holds {actual}")
         if moved:
