@@ -382,3 +382,26 @@ def test_a_published_shard_changed_before_the_resume_is_named(corpus, tmp_path, 
     assert lines[0].endswith("changed or replaced after the run stopped; start over with --overwrite (the interrupted "
                              "run cannot be continued)")
     assert main(args + ["--overwrite"]) == 0
+
+
+def test_a_partial_shard_damaged_where_the_journal_does_not_look_is_one_line(corpus, tmp_path) -> None:
+    """The journal checksums a partial shard's last bytes only; a piece header damaged before them
+    (a disk's fault, a hand) is met at publish: one line naming the shard, exit 2, and --overwrite
+    recovers (never a traceback, never a file of garbage)."""
+    _need("pyarrow")
+    out = tmp_path / "out"
+    args = _args(corpus, out, "parquet")
+    child = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
+    killed = subprocess.run(child + args, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "BERT_DATA_CRASH_AT": "published:0"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    shard = sorted(out.glob("examples-*.parquet"))[0]  # published: --resume takes it back as its partial shard
+    data = bytearray(shard.read_bytes())
+    data[0:4] = b"JUNK"  # the first piece's magic
+    shard.write_bytes(bytes(data))
+    resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
+    lines = [line for line in resumed.stderr.strip().splitlines() if " INFO " not in line]  # (the log's "resuming")
+    assert resumed.returncode == 2 and len(lines) == 1 and "Traceback" not in resumed.stderr, resumed.stderr
+    assert lines[0].endswith("examples-1.parquet.partial: byte 0 is not a piece of nsp rows: the partial shard is damaged; "
+                             "start over with --overwrite")
+    assert main(args + ["--overwrite"]) == 0

@@ -48,6 +48,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import OutputError
 from . import thrift_compact as thrift
 from .columns import ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, shard_runs
 from .thrift_compact import BINARY, I32, I64, LIST, STRUCT, Field, ThriftList
@@ -64,9 +65,13 @@ _LENGTH = struct.Struct("<I")
 _MAX_DEFINITION = 2
 
 
-class PieceError(ValueError):
-    """Bytes of a partial Parquet shard that are not a piece of this layout (a bug, never data: the
-    partial shards are the run's own, journaled and cut back to the journal on resume)."""
+class PieceError(OutputError):
+    """Bytes of a partial Parquet shard that are not a piece of this layout: the partial shards
+    are the run's own (journaled, checked and cut back to the journal on resume), so only damage
+    or a bug makes one; one line (exit 2) that says to start over."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: the partial shard is damaged; start over with --overwrite")
 
 
 def arrow_schema(layout: str):
