@@ -324,6 +324,15 @@ def _args(corpus, out: Path, fmt: str) -> List[str]:
     return base_args(corpus["metadata"], corpus["vocab"], out, split_num=2, dupe_factor=3, output_format=fmt)
 
 
+_CHILD = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
+
+
+def _cli(args: List[str], crash_at: str = "") -> subprocess.CompletedProcess:
+    """create_tfrecords ``args`` in a process of its own (killed with SIGKILL at ``crash_at``, if given)."""
+    env = {**os.environ, "BERT_DATA_CRASH_AT": crash_at} if crash_at else None
+    return subprocess.run(_CHILD + args, capture_output=True, text=True, timeout=300, env=env)
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "mds"])
 @pytest.mark.parametrize("obstacle", ["fifo", "directory", "read-only file", "fifo as the directory"])
 def test_what_an_interrupted_run_left_being_assembled_never_blocks_the_resume(corpus, tmp_path, obstacle, fmt) -> None:
@@ -336,9 +345,7 @@ def test_what_an_interrupted_run_left_being_assembled_never_blocks_the_resume(co
     assert main(_args(corpus, tmp_path / "clean", fmt)) == 0
     out = tmp_path / "out"
     args = _args(corpus, out, fmt)
-    child = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
-    killed = subprocess.run(child + args, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "BERT_DATA_CRASH_AT": "checkpointed:1"})
+    killed = _cli(args, "checkpointed:1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     rewritten = out / ".bert_data_work" / "rewritten"
     if obstacle == "fifo as the directory":
@@ -355,7 +362,7 @@ def test_what_an_interrupted_run_left_being_assembled_never_blocks_the_resume(co
         else:
             target.write_bytes(b"x")
             target.chmod(0o444)
-    resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
+    resumed = _cli(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert published_files(out) == published_files(tmp_path / "clean")
 
@@ -369,13 +376,11 @@ def test_a_published_shard_changed_before_the_resume_is_named(corpus, tmp_path, 
         _need("pyarrow")
     out = tmp_path / "out"
     args = _args(corpus, out, fmt)
-    child = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
-    killed = subprocess.run(child + args, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "BERT_DATA_CRASH_AT": "published:0"})
+    killed = _cli(args, "published:0")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     shard = sorted(out.glob(f"examples-*.{fmt}s" if fmt == "tfrecord" else f"examples-*.{fmt}"))[1]
     shard.write_bytes(shard.read_bytes()[:-10])
-    resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
+    resumed = _cli(args + ["--resume"])
     lines = resumed.stderr.strip().splitlines()
     assert resumed.returncode == 2 and len(lines) == 1, resumed.stderr
     assert lines[0].startswith(f"create_tfrecords: error: --resume: {shard} is not the shard this run published (")
@@ -391,15 +396,13 @@ def test_a_partial_shard_damaged_where_the_journal_does_not_look_is_one_line(cor
     _need("pyarrow")
     out = tmp_path / "out"
     args = _args(corpus, out, "parquet")
-    child = [sys.executable, "-c", "import sys; from bert_data.tools.create import main; sys.exit(main(sys.argv[1:]))"]
-    killed = subprocess.run(child + args, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "BERT_DATA_CRASH_AT": "published:0"})
+    killed = _cli(args, "published:0")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     shard = sorted(out.glob("examples-*.parquet"))[0]  # published: --resume takes it back as its partial shard
     data = bytearray(shard.read_bytes())
     data[0:4] = b"JUNK"  # the first piece's magic
     shard.write_bytes(bytes(data))
-    resumed = subprocess.run(child + args + ["--resume"], capture_output=True, text=True, timeout=300)
+    resumed = _cli(args + ["--resume"])
     lines = [line for line in resumed.stderr.strip().splitlines() if " INFO " not in line]  # (the log's "resuming")
     assert resumed.returncode == 2 and len(lines) == 1 and "Traceback" not in resumed.stderr, resumed.stderr
     assert lines[0].endswith("examples-1.parquet.partial: byte 0 is not a piece of nsp rows: the partial shard is damaged; "
