@@ -114,15 +114,16 @@ def test_the_c_accelerator_makes_the_pages_numpy_makes(batch, page_rows, monkeyp
 
 
 def _assemble(pieces: List[bytes], directory: Path, name: str = "x.parquet", layout: str = "nsp") -> Path:
-    """Pieces, as a partial shard holds them (back to back), made a file: a URL run's copy
-    (ShardFileWriter) and a local run's in place must be the same bytes."""
+    """Pieces, as a partial shard holds them (back to back), made a file: a URL run's finished copy
+    (rewrite_shard) and a local run's partial shard finished in place must be the same bytes."""
+    from bert_data.format.containers import container_for
+    from bert_data.output.rewrite import rewrite_shard
+
     partial = directory / (name + ".partial")
     partial.write_bytes(b"".join(pieces))
     spec = parquet.ShardSpec(layout, (), 0, 0)
-    writer = parquet.ShardFileWriter(str(directory), name, spec)
-    writer.write_partial(str(partial))
-    assert writer.close() == [(name, writer.records)]
-    assert parquet.finish_in_place(str(partial), spec) == writer.records
+    (files, _) = rewrite_shard(str(partial), container_for("parquet"), str(directory), name, spec)
+    assert parquet.finish_in_place(str(partial), spec) == files[0][1] and files[0][0] == name
     assert partial.read_bytes() == (directory / name).read_bytes()
     assert parquet.body_size(str(directory / name)) == sum(len(piece) for piece in pieces)
     return directory / name
@@ -233,6 +234,9 @@ def test_a_row_unpadded_columns_cannot_hold_is_refused(damage, c_accelerator, mo
 
 
 def test_a_partial_shard_of_something_else_is_a_clear_error(tmp_path) -> None:
+    from bert_data.format.containers import container_for
+    from bert_data.output.rewrite import rewrite_shard
+
     (_, piece, _), = parquet.encode_pieces(_nsp_rows(), np.zeros(1, np.int64), "nsp")
     spec = parquet.ShardSpec("nsp", (), 0, 0)
     for name, data, problem in [("framed", frame_records([piece]), "byte 0 is not a piece of nsp rows"),
@@ -240,10 +244,8 @@ def test_a_partial_shard_of_something_else_is_a_clear_error(tmp_path) -> None:
                                 ("other", piece + b"\x08\x01" * 100, f"byte {len(piece)} is not a piece")]:
         partial = tmp_path / f"{name}.partial"
         partial.write_bytes(data)
-        writer = parquet.ShardFileWriter(str(tmp_path), f"{name}.parquet", spec)
         with pytest.raises(parquet.PieceError, match=problem):
-            writer.write_partial(str(partial))
-        writer.abort()
+            rewrite_shard(str(partial), container_for("parquet"), str(tmp_path), f"{name}.parquet", spec)
         assert not (tmp_path / f"{name}.parquet").exists()
     assert parquet.body_size(str(tmp_path / "other.partial")) == -1
 

@@ -219,10 +219,15 @@ def native_counts(native, features: Mapping[str, np.ndarray]) -> Optional[Dict[s
     return counts
 
 
-def padded_column(features: Mapping[str, np.ndarray], column: Column) -> np.ndarray:
-    """A column's padded rows as the C accelerator takes them: C-contiguous int32 or int64, (n, k)."""
+def native_column(features: Mapping[str, np.ndarray], column: Column, counts: Mapping[str, np.ndarray]) -> tuple:
+    """A column as the C accelerator's format functions take it: its padded rows (C-contiguous
+    int32 or int64, (n, k)), k, each row's count (:func:`native_counts`), whether it is a list, its
+    stored bytes a value, and the least and most value its stored type holds."""
     array = np.asarray(features[column.feature]).reshape(len(features["input_ids"]), -1)
-    return np.ascontiguousarray(array if array.dtype in (np.int32, np.int64) else array.astype(np.int64))
+    array = np.ascontiguousarray(array if array.dtype in (np.int32, np.int64) else array.astype(np.int64))
+    bounds = np.iinfo(column.dtype)
+    return (array, array.shape[1], counts[column.kind], column.kind != ONE_KIND, bounds.bits // 8, int(bounds.min),
+            int(bounds.max))
 
 
 def _prefix_lengths(mask: np.ndarray, what: str) -> Tuple[np.ndarray, np.ndarray]:

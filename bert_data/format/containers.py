@@ -26,11 +26,12 @@ container's file(s) from it. What a frame holds is the container's choice:
 * ``tf.train.Example`` records (the default ``frame_runs``: HDF5): the shard is decoded in
   bounded batches (:func:`~bert_data.format.batch_decode.decode_examples`: padded ``(n, k)``
   arrays of the layout, rows in shard order) and fed to the shard writer's ``write(features)``;
-* the format's own encoding, made by the workers (its ``frame_runs``: MDS's samples in TFRecord
-  frames, :mod:`bert_data.format.mds`; Parquet's pieces of data pages, unframed,
-  :mod:`bert_data.format.parquet`): the shard writer's ``write_partial(path, stopped)`` makes
-  the file(s) from them, decoding nothing (Parquet's local shards are finished where they are:
-  ``finish_in_place``).
+* the format's own encoding, made by the workers (its ``frame_runs``), decoded nothing: MDS's
+  samples in TFRecord frames (:mod:`bert_data.format.mds`), which the shard writer's
+  ``write_partial(path, stopped)`` hands to streaming's writer; Parquet's pieces of data pages,
+  unframed (:mod:`bert_data.format.parquet`), a shard of which the container's
+  ``finish_in_place(path, spec)`` makes the file where it is (a local run's partial shard; a URL
+  run's copy of it): such a container needs no shard writer.
 
 Either way a shard's file is a pure function of its assembled shard: byte-identical for any
 worker count, runner or resume, holding the same records in the same order as the TFRecords of
@@ -42,7 +43,7 @@ the same seed. A rewriting container has:
 * ``open_shard(directory, shard_name, spec: ShardSpec) -> ShardWriter``: a writer of one shard
   into the local ``directory``, whose ``write(features)`` takes a batch of padded rows (name ->
   ``(n, k)`` array, the :class:`~bert_data.format.columns.ShardSpec`'s features), in order (or
-  whose ``write_partial`` takes the assembled shard, for pieces the workers encoded), and whose ``close()`` finishes
+  whose ``write_partial`` takes the assembled shard, for samples the workers encoded), and whose ``close()`` finishes
   the file(s) and returns ``[(file name, records)]`` in order (one file, or several when the
   format cuts a shard into pieces, as MDS does); ``abort()`` removes what it wrote. Memory is
   bounded by the writer's own buffer (a row group, an MDS file), never a whole shard;

@@ -54,7 +54,7 @@ import numpy as np
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
 from .batch_decode import iter_record_batches
 from .columns import (
-    KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, rows_to_batch,
+    KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_column, native_counts, rows_to_batch,
     shard_runs,
 )
 from .tfrecord import frame_records
@@ -256,13 +256,7 @@ def _native_frames(native, features: Mapping[str, np.ndarray], shards, layout: s
     if counts is None:
         return None
     by_name = {c.name: c for c in columns_of(layout)}
-    spec = []
-    for name in writer_columns(layout).column_names:
-        column = by_name[name]
-        bounds = np.iinfo(column.dtype)
-        array = padded_column(features, column)
-        spec.append((array, array.shape[1], counts[column.kind], column.kind != ONE_KIND, np.dtype(column.dtype).itemsize,
-                     int(bounds.min), int(bounds.max)))
+    spec = [native_column(features, by_name[name], counts) for name in writer_columns(layout).column_names]
     runs = []
     for shard, rows in shards:
         frames = native.mds_frames(spec, rows)

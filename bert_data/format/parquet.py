@@ -29,7 +29,7 @@ the file by a footer; pyarrow is not needed to write:
   bert_data. Reading only the pieces' headers, a local run appends the footer to each partial
   shard and renames it into place like a TFRecord shard (:func:`finish_in_place`; a resumed run
   recognises a published shard by :func:`body_size`); a URL run's assembled copy is finished the
-  same way (:class:`ShardFileWriter`). Publishing copies nothing.
+  same way (:func:`bert_data.output.rewrite.rewrite_shard`). A local run's publish copies nothing.
 
 The bytes are a function of the rows and of the batches they were made in, which are a group's
 (the same for any worker count, runner or resume), so the same seed gives the same file. Row
@@ -44,13 +44,13 @@ from __future__ import annotations
 import os
 import struct
 from functools import lru_cache
-from typing import Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import OutputError
 from . import thrift_compact as thrift
-from .columns import ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_counts, padded_column, shard_runs
+from .columns import ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_column, native_counts, shard_runs
 from .thrift_compact import BINARY, I32, I64, LIST, STRUCT, Field, ThriftList
 
 PAGE_ROWS = 1024  # rows per data page at most (~1.5 MB of values at MSL 512, about pyarrow's page size)
@@ -242,18 +242,14 @@ def _native_pieces(native, features: Mapping[str, np.ndarray], shards, layout: s
     counts = native_counts(native, features)
     if counts is None:
         return None
-    arrays = []
-    for column in columns_of(layout):
-        bounds = np.iinfo(column.dtype)
-        arrays.append((padded_column(features, column), counts[column.kind], column.kind != ONE_KIND,
-                       int(bounds.min), int(bounds.max)))
+    arrays = [native_column(features, column, counts) for column in columns_of(layout)]
     pieces = []
     for shard, rows in shards:
         columns = []
-        for array, column_counts, levels, low, high in arrays:
+        for array, width, column_counts, levels, _, low, high in arrays:
             total, pages = 0, []
             for first in range(0, len(rows), PAGE_ROWS):
-                made = native.parquet_page(array, array.shape[1], column_counts, rows[first:first + PAGE_ROWS], levels, low, high)
+                made = native.parquet_page(array, width, column_counts, rows[first:first + PAGE_ROWS], levels, low, high)
                 if made is None:
                     return None
                 pages.append(_page(*made))
@@ -317,7 +313,7 @@ def _path_in_schema(column) -> Tuple[bytes, ...]:
     return (name,) if column.kind == ONE_KIND else (name, b"list", b"element")
 
 
-def _row_group(columns, at: int, rows: int, chunks: Sequence[Tuple[int, int, int]]) -> list:
+def _row_group(columns, rows: int, chunks: Sequence[Tuple[int, int, int]]) -> list:
     """A RowGroup of ``rows`` rows whose column chunks are ``chunks`` (levels, bytes, offset): one
     piece's pages, contiguous, in column order."""
     metadata = []
@@ -330,7 +326,7 @@ def _row_group(columns, at: int, rows: int, chunks: Sequence[Tuple[int, int, int
         metadata.append([Field(2, I64, 0), Field(3, STRUCT, meta)])
     total = sum(size for _, size, _ in chunks)
     return [Field(1, LIST, ThriftList(STRUCT, tuple(metadata))), Field(2, I64, total), Field(3, I64, rows),
-            Field(5, I64, chunks[0][2] if chunks else at), Field(6, I64, total)]
+            Field(5, I64, chunks[0][2]), Field(6, I64, total)]
 
 
 def _row_groups(fd: int, size: int, layout: str, name: str) -> Tuple[List[list], int]:
@@ -351,7 +347,7 @@ def _row_groups(fd: int, size: int, layout: str, name: str) -> Tuple[List[list],
             position += length
         if position > size:
             raise PieceError(f"{name}: the piece at byte {offset} runs past its end")
-        groups.append(_row_group(columns, offset, count, chunks))
+        groups.append(_row_group(columns, count, chunks))
         rows += count
         offset = position
     return groups, rows
@@ -401,58 +397,6 @@ def body_size(path: str) -> int:
         return -1
     body = size - length - 8
     return 0 if body == 4 else body  # (a shard without pieces: its PAR1 was added by finish_file)
-
-
-class ShardFileWriter:
-    """One shard's Parquet file in ``directory`` (the container's ``open_shard``): a copy of the
-    assembled shard with the footer (:meth:`write_partial`), where the shard cannot be finished
-    where it is (a URL output's assembled copy is uploaded from here). The same bytes as
-    :func:`finish_in_place`."""
-
-    def __init__(self, directory: str, shard_name: str, spec: ShardSpec) -> None:
-        self.path = os.path.join(directory, shard_name)
-        self.name = shard_name
-        self.spec = spec
-        self.records = 0
-        self.sidecar_entries: List[object] = []
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-
-    def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
-        """The assembled shard ``source`` (pieces) copied (in the kernel where it can: copy_file_range),
-        checking ``stopped()`` every 64 MiB (the run is stopping: give up), then finished."""
-        with open(source, "rb") as handle:
-            size, done = os.fstat(handle.fileno()).st_size, 0
-            while done < size:
-                if stopped():
-                    raise InterruptedError(self.name)
-                step = min(size - done, 64 << 20)
-                moved = 0
-                if hasattr(os, "copy_file_range"):
-                    try:
-                        moved = os.copy_file_range(handle.fileno(), self._fd, step, done, done)
-                    except OSError:  # (another file system, an old kernel: copied here)
-                        moved = 0
-                if moved <= 0:
-                    data = os.pread(handle.fileno(), min(step, 1 << 20), done)
-                    if not data:
-                        raise PieceError(f"{source} ended at byte {done} of {size}")
-                    moved = os.pwrite(self._fd, data, done)
-                done += moved
-        self.records = finish_file(self._fd, self.spec.layout, self.name)
-
-    def close(self) -> List[Tuple[str, int]]:
-        os.close(self._fd)
-        self._fd = -1
-        return [(self.name, self.records)]
-
-    def abort(self) -> None:
-        try:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-        finally:
-            if os.path.exists(self.path):
-                os.unlink(self.path)
 
 
 def read_column_batches(path: str, layout: str) -> Iterator[ColumnBatch]:

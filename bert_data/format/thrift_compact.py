@@ -1,10 +1,9 @@
 """Apache Thrift's compact protocol, the encoding of Parquet's page headers and footer.
 
 Parquet frames its pages and describes its file in Thrift structs (``parquet.thrift``). The
-Parquet shards this package writes are assembled from column chunks the workers encode
-(:mod:`bert_data.format.parquet`), so their page headers and footer are written here, and read
-back (a reference file of pyarrow's gives the schema and key-value metadata to copy, and the
-tests read every footer we write).
+Parquet shards this package writes are made of pages the workers encode
+(:mod:`bert_data.format.parquet`), so their page headers and footer are written here; the
+reader is for the tests (a footer read back, field by field).
 
 A struct is a list of :class:`Field` (id, compact type, value) in id order; a list is a
 :class:`ThriftList` (element type, values); binary values are ``bytes``, integers ``int``.
@@ -189,10 +188,3 @@ def get(fields: Struct, field_id: int, default: object = None) -> object:
         if item.id == field_id:
             return item.value
     return default
-
-
-def replaced(fields: Struct, field_id: int, kind: int, value: object) -> Struct:
-    """A copy of ``fields`` with field ``field_id`` set to ``value`` (added in id order if absent)."""
-    kept = [item for item in fields if item.id != field_id]
-    kept.append(Field(field_id, kind, value))
-    return sorted(kept, key=lambda item: item.id)

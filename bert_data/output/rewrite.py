@@ -6,8 +6,8 @@ run's index objects. At ``publish`` each assembled shard becomes the container's
 :func:`rewrite_shard`:
 
 * Parquet's runs are pieces of data pages its workers encoded (:mod:`bert_data.format.parquet`):
-  its writer (``write_partial``) gives a copy of the shard its footer (a local run finishes its
-  partial shards in place instead, ``finish_in_place``, and renames them);
+  a copy of the shard is finished where it is (``finish_in_place``, its footer appended:
+  :func:`_finished_copy`; a local run finishes its partial shards themselves and renames them);
 * MDS's runs are TFRecord frames of samples its workers encoded (:mod:`bert_data.format.mds`): its
   writer reads the frames (every CRC checked) and hands the samples to streaming's ``MDSWriter``;
 * HDF5's runs are TFRecord-framed ``tf.train.Example`` records: they are read in bounded batches
@@ -34,6 +34,7 @@ from ..errors import OutputError
 from ..format.batch_decode import RecordBatch, decode_examples, iter_record_batches
 from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
+from .fragment import copy_range
 
 REWRITE_THREADS = 4  # shards rewritten at once by the coordinator, at most (and at most --num_workers:
 # each thread holds a shard's decoded batch and row group, ~100 MB at MSL 512, and a core)
@@ -62,9 +63,11 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
     """The TFRecord shard at ``tfrecord_path`` as ``container``'s file(s) for ``shard_name`` in
     ``directory``; returns the files written with their records, and the writer's sidecar entries."""
     _require_room(os.path.getsize(tfrecord_path), os.path.join(directory, shard_name))
+    if hasattr(container, "finish_in_place"):  # (Parquet: the shard is the file but for its ending)
+        return [(shard_name, _finished_copy(tfrecord_path, container, directory, shard_name, spec, stop))], None
     writer = container.open_shard(directory, shard_name, spec)
     try:
-        if hasattr(writer, "write_partial"):  # the records are the format's own pieces (Parquet): no decoding
+        if hasattr(writer, "write_partial"):  # the records are the format's own (MDS's samples): no decoding
             try:
                 writer.write_partial(tfrecord_path, (lambda: False) if stop is None else stop.is_set)
             except InterruptedError:
@@ -76,6 +79,37 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
         writer.abort()
         raise
     return files, getattr(writer, "sidecar_entries", None)
+
+
+COPY_STEP = 64 << 20  # bytes copied between two looks at ``stop``
+
+
+def _finished_copy(source: str, container, directory: str, shard_name: str, spec: ShardSpec,
+                   stop: Optional[threading.Event]) -> int:
+    """A copy of the assembled shard ``source`` as ``shard_name`` in ``directory`` (in the kernel
+    where it can), finished there by the container (``finish_in_place``: what a local run does to
+    its partial shard itself, so the bytes are the same); its records. Removed if anything fails."""
+    target = os.path.join(directory, shard_name)
+    src = os.open(source, os.O_RDONLY)
+    try:
+        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            size, done = os.fstat(src).st_size, 0
+            while done < size:
+                if stop is not None and stop.is_set():
+                    raise RewriteStopped(shard_name)
+                step = min(size - done, COPY_STEP)
+                copy_range(src, dst, done, step)
+                done += step
+        finally:
+            os.close(dst)
+        return container.finish_in_place(target, spec)
+    except BaseException:
+        if os.path.exists(target):
+            os.unlink(target)
+        raise
+    finally:
+        os.close(src)
 
 
 def feed(writer, batches: Iterable[RecordBatch], spec: ShardSpec, source: str, shard_name: str,
