@@ -11,7 +11,11 @@ is named after the moment of the run it kills, so a test says what it breaks:
   ``indexed`` (a URL output's group index written), ``published`` (shards in place, manifest
   not yet; GROUP is 0), ``worker`` (a worker process about to make GROUP, as the OOM killer
   would), ``moved`` (BERT-named output file GROUP renamed into place), ``tokenized``
-  (`bert-data tokenize`: group GROUP's tokens written, its sidecar not yet).
+  (`bert-data tokenize`: group GROUP's tokens written, its sidecar not yet), ``rewriter`` (a
+  process rewriting shard GROUP at publish, :mod:`bert_data.output.rewrite`, about to begin).
+* ``BERT_DATA_PAUSE_AT=MARKER:STAGE:GROUP`` (:func:`pause_point`): the process at STAGE for
+  GROUP creates MARKER and waits two minutes there (a run stopped while that step is surely
+  in flight). Stages: ``rewriter``.
 * ``BERT_DATA_DASK_PAUSE=MARKER:GROUP``, ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` and
   ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` (:func:`dask_worker_faults`): a Dask worker making GROUP
   waits two minutes after creating MARKER (a run stopped while a group is surely in flight),
@@ -27,7 +31,9 @@ import signal
 import time
 
 CRASH_AT = "BERT_DATA_CRASH_AT"
-CRASH_STAGES = ("appended", "checkpointed", "indexed", "published", "committed", "worker", "moved", "tokenized")
+CRASH_STAGES = ("appended", "checkpointed", "indexed", "published", "committed", "worker", "moved", "tokenized",
+                "rewriter")
+PAUSE_AT = "BERT_DATA_PAUSE_AT"
 
 
 def crash_point(stage: str, group_index: int) -> None:
@@ -35,6 +41,15 @@ def crash_point(stage: str, group_index: int) -> None:
     target = os.environ.get(CRASH_AT)
     if target and target == f"{stage}:{group_index}":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause_point(stage: str, group_index: int) -> None:
+    """Create MARKER and wait two minutes when ``BERT_DATA_PAUSE_AT`` is ``MARKER:stage:group_index``."""
+    marker = _hook(PAUSE_AT, group_index)
+    if marker.endswith(f":{stage}"):
+        with open(marker[: -len(stage) - 1], "w"):
+            pass
+        time.sleep(120)
 
 
 def _hook(name: str, group_index: int) -> str:

@@ -265,18 +265,21 @@ def test_disk_space_estimate_warns(tmp_path) -> None:
     assert "--compression gzip" in huge
 
 
-@pytest.mark.parametrize("output_format, peak", [("parquet", 1.0), ("mds", 1.5)])
+@pytest.mark.parametrize("output_format, peak", [("parquet", 1.0), ("mds", 2.0), ("hdf5", 2.0)])
 def test_disk_space_estimate_of_a_rewritten_format_counts_its_peak_and_never_advises_gzip(tmp_path, output_format, peak) -> None:
-    """Parquet/MDS refuse --compression gzip. MDS holds the TFRecord shards plus the shards being
-    rewritten, two at once at the end (a rewrite thread per worker); Parquet's partial shards
-    become its files (a footer appended: nothing more). The warning says neither more nor less."""
+    """Parquet/MDS/HDF5 refuse --compression gzip. MDS and HDF5 hold every assembled shard and
+    every file rewritten from it at the end of the publish (the assembled shards stay until the
+    commit: a run killed meanwhile rewrites again), whatever the number of rewrite threads or
+    processes; Parquet's partial shards become its files (a footer appended: nothing more). The
+    warning says neither more nor less."""
     from bert_data.presets import build_config
     from bert_data.runners.startup import OUTPUT_PER_INPUT_BYTE, disk_space_warning
 
     common = {"metadata_files": ["m"], "vocab_file": "v", "output_dir": str(tmp_path / "o"), "dupe_factor": 10,
               "num_output_files": 4, "num_workers": 2}
     tfrecords = disk_space_warning(build_config(common), 1 << 50)
-    rewritten = disk_space_warning(build_config({**common, "output_format": output_format}), 1 << 50)
+    packed = {"packing": True} if output_format == "hdf5" else {}  # (NVIDIA's layout is packed rows)
+    rewritten = disk_space_warning(build_config({**common, "output_format": output_format, **packed}), 1 << 50)
     assert "--compression gzip" not in rewritten
     assert (f"--output_format {output_format}" in rewritten) == (output_format != "parquet")
     gigabytes = lambda line: float(line.split("need about ")[1].split(" GB")[0])  # noqa: E731
@@ -379,9 +382,9 @@ def test_a_worker_stopped_by_its_cpu_limit_is_named_with_the_limit(monkeypatch, 
     import resource
     from types import SimpleNamespace
 
-    from bert_data.runners import pool
+    from bert_data.runners import children
 
     limit = resource.RLIM_INFINITY if soft is None else soft
     monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, resource.RLIM_INFINITY))
     died = [SimpleNamespace(exitcode=0), SimpleNamespace(exitcode=-signal.SIGXCPU)]
-    assert pool._how_workers_died(died) == words
+    assert children.how_processes_died(died) == words

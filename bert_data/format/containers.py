@@ -145,6 +145,8 @@ class RewritingContainer(TFRecordContainer):
     package = ""  # the pip package it needs (named in the error when it is missing)
     module = ""  # the module that writes and reads it (bert_data.format.<module>)
     packed_rows = False  # whether it takes packed rows (--packing) rather than refusing them
+    rewrite_in_processes = True  # its shard writer holds the GIL (streaming's MDSWriter joins and
+    # hashes, h5py writes): a big publish rewrites shards in processes (bert_data.output.rewrite)
 
     def __init__(self, compression: str = "none") -> None:
         super().__init__("none")
@@ -174,13 +176,15 @@ class RewritingContainer(TFRecordContainer):
 
 
 class ParquetContainer(RewritingContainer):
-    """Apache Parquet, one file per shard: unpadded list columns (:mod:`bert_data.format.columns`),
-    row groups of a fixed number of rows, zstd (:mod:`bert_data.format.parquet`)."""
+    """Apache Parquet, one file per shard: unpadded list columns (:mod:`bert_data.format.columns`)
+    in uncompressed data pages the workers encode, a row group per batch's rows of the shard
+    (:mod:`bert_data.format.parquet`)."""
 
     name = "parquet"
     suffix = PARQUET_SUFFIX
     package = "pyarrow"
     module = "parquet"
+    rewrite_in_processes = False  # (a URL run's shard is copied and its footer appended: no Python per record)
 
     def frame_runs(self, encoder, features: Mapping[str, np.ndarray],
                    shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:

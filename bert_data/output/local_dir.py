@@ -46,7 +46,7 @@ from .journal import (
     tail_checksum,
 )
 from .lock import output_lock
-from .rewrite import rewrite_shards, rewrite_threads, shard_spec
+from .rewrite import rewrite_processes, rewrite_shards, rewrite_threads, shard_spec
 from .naming import (
     LOCK_NAME, MANIFEST_NAME, PARTIAL_SUFFIX, PROGRESS_FILE, REWRITTEN_DIR, RUN_FILE, WORK_DIR_NAME, is_shard_of, shard_file_names,
 )
@@ -558,7 +558,8 @@ class LocalDirOutput:
             os.replace(os.path.join(rewritten, name), os.path.join(self.output_dir, name))
 
         per_file, sidecar = rewrite_shards(sources, self.shard_names, self.container, rewritten,
-                                           shard_spec(self.config), place, rewrite_threads(self.config))
+                                           shard_spec(self.config), place, rewrite_threads(self.config),
+                                           rewrite_processes(self.config))
         if sidecar is not None:
             write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar)
         return per_file

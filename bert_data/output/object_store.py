@@ -39,7 +39,7 @@ from ..format.containers import is_rewriting, require_concatenation
 from .fragment import COPY_CHUNK, copy_runs
 from .journal import load_index, require_listed_files, resume_point
 from .local_dir import SPLIT_HALVES, interrupted_run, refuse_replacing_inputs, replaced_files, run_inputs
-from .rewrite import rewrite_shards, rewrite_threads, shard_spec
+from .rewrite import rewrite_processes, rewrite_shards, rewrite_threads, shard_spec
 from .naming import MANIFEST_NAME, RUN_FILE, WORK_DIR_NAME, fragment_name, index_name, shard_file_names
 from .scratch import scratch_dir
 
@@ -178,7 +178,7 @@ def assemble_shards(output_dir: str, work_dir: str, names: List[str], index: Map
 
 
 def rewrite_remote_shards(output_dir: str, work_dir: str, names: List[str], index: Mapping[int, Mapping],
-                          container, spec, threads: int = 1) -> Dict[str, int]:
+                          container, spec, threads: int = 1, processes: int = 1) -> Dict[str, int]:
     """A rewriting container's shards (:mod:`bert_data.output.rewrite`): each shard's ranges are
     copied, in group order, into a local TFRecord file, rewritten locally, and every file
     written is uploaded (atomically) as soon as its shard is done; the sidecar last. Local disk
@@ -210,7 +210,7 @@ def rewrite_remote_shards(output_dir: str, work_dir: str, names: List[str], inde
                 raise
             os.unlink(os.path.join(rewritten, name))
 
-        per_file, sidecar = rewrite_shards(sources, names, container, rewritten, spec, place, threads)
+        per_file, sidecar = rewrite_shards(sources, names, container, rewritten, spec, place, threads, processes)
         if sidecar is not None:
             storage.write_bytes(storage.join(output_dir, container.sidecar), sidecar)
         return per_file
@@ -298,7 +298,8 @@ class ObjectStoreOutput:
     def publish(self) -> Dict[str, int]:
         if is_rewriting(self.container):
             return rewrite_remote_shards(self.output_dir, self.work_dir, self.shard_names, self.index, self.container,
-                                         shard_spec(self.config), rewrite_threads(self.config))
+                                         shard_spec(self.config), rewrite_threads(self.config),
+                                         rewrite_processes(self.config))
         return assemble_shards(self.output_dir, self.work_dir, self.shard_names, self.index)
 
     def commit(self, manifest: Mapping) -> Dict:

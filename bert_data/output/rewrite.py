@@ -15,8 +15,13 @@ run's index objects. At ``publish`` each assembled shard becomes the container's
   arrays (:func:`~bert_data.format.batch_decode.decode_examples`) and written by the container's
   shard writer (:func:`feed`).
 
-:func:`rewrite_shards` does every shard (several at once, on threads: the writers spend their time
-in copies, h5py or streaming's writer) and then the container's sidecar file, if it has one.
+:func:`rewrite_shards` does every shard, several at once, and then the container's sidecar file,
+if it has one. MDS's and HDF5's writers hold the GIL (streaming's ``MDSWriter`` joins and hashes
+each piece, h5py writes vlen rows), so threads take turns: a publish of at least
+:data:`PROCESS_MIN_BYTES` with 3 or more workers rewrites their shards in child processes, as
+many as the run had workers (:mod:`bert_data.runners.children`: spawned, dying with the
+coordinator, stopped with it; one that dies is one line, exit 3, and ``--resume`` rewrites
+again). A smaller publish, and a URL run's Parquet copies, run on threads.
 The files are a pure function of the assembled shard of the same seed, so they are byte-identical
 for any worker count, runner or resume (``tests/test_output_formats.py``).
 """
@@ -31,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import OutputError
+from ..faults import crash_point, pause_point
 from ..format.batch_decode import RecordBatch, decode_examples, iter_record_batches
 from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
@@ -38,6 +44,10 @@ from .fragment import copy_range
 
 REWRITE_THREADS = 4  # shards rewritten at once by the coordinator, at most (and at most --num_workers:
 # each thread holds a shard's decoded batch and row group, ~100 MB at MSL 512, and a core)
+PROCESS_MIN_BYTES = 256 << 20  # assembled bytes from which a GIL-bound writer's shards are rewritten in
+# processes: ~1 s of one core's work at ~3.5 s/GB (MDS here), against ~0.3 s to start each process
+PROCESS_MIN_SLOTS = 3  # and only with 3 or more at once: threads taking turns on the GIL already do ~1.3-1.7
+# cores' worth, so 2 processes (352 MB of MDS, 328 MB of HDF5 on 2 cores) were no faster than 2 threads
 
 Files = List[Tuple[str, int]]  # (file name, records) of one shard, in order
 
@@ -49,9 +59,16 @@ def shard_spec(config) -> ShardSpec:
 
 
 def rewrite_threads(config) -> int:
-    """Shards rewritten at once: the run's workers are done by then, so as many as it had (the
-    cores and memory the user gave the run), at most :data:`REWRITE_THREADS`."""
-    return max(1, min(REWRITE_THREADS, int(getattr(config, "num_workers", 1) or 1)))
+    """Shards rewritten at once on threads: the run's workers are done by then, so as many as it
+    had (the cores and memory the user gave the run), at most :data:`REWRITE_THREADS`."""
+    return max(1, min(REWRITE_THREADS, rewrite_processes(config)))
+
+
+def rewrite_processes(config) -> int:
+    """Shards rewritten at once in processes (a writer that holds the GIL, a big publish): as many
+    as the run had workers, whose cores and memory are free by then (an MDS rewriter holds ~250
+    MB: a 64 MB piece in three copies, besides its interpreter)."""
+    return max(1, int(getattr(config, "num_workers", 1) or 1))
 
 
 class RewriteStopped(Exception):
@@ -141,14 +158,36 @@ def _require_room(needed: int, target: str) -> None:
 
 def rewrite_shards(
     sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
-    place: Callable[[str], None], threads: int = REWRITE_THREADS,
+    place: Callable[[str], None], threads: int = REWRITE_THREADS, processes: int = 1,
 ) -> Tuple[Dict[str, int], Optional[bytes]]:
     """Every shard (``sources[i]``, a local TFRecord file, becomes ``names[i]``) rewritten into
     ``directory``; each file written is handed to ``place(file name)`` (which moves it to its
     final place) as soon as its shard is done. Returns the records of every file written, in
-    shard order, and the container's sidecar bytes (None when it has none)."""
+    shard order, and the container's sidecar bytes (None when it has none). ``threads`` and
+    ``processes``: how many shards at once on threads, or in processes (see the module docstring)."""
     os.makedirs(directory, exist_ok=True)
+    if in_processes(container, sources, processes):
+        done = _rewrite_in_processes(sources, names, container, directory, spec, place, processes)
+    else:
+        done = _rewrite_on_threads(sources, names, container, directory, spec, place, threads)
+    per_file = {name: records for files, _ in done for name, records in files}
+    sidecar = container.sidecar_bytes([entries for _, entries in done]) if container.sidecar else None
+    return per_file, sidecar
 
+
+def in_processes(container, sources: Sequence[str], processes: int) -> bool:
+    """Whether :func:`rewrite_shards` uses processes: a writer that holds the GIL, at least
+    :data:`PROCESS_MIN_SLOTS` shards and processes, and at least :data:`PROCESS_MIN_BYTES` to rewrite."""
+    if min(processes, len(sources)) < PROCESS_MIN_SLOTS or not getattr(container, "rewrite_in_processes", False):
+        return False
+    return sum(os.path.getsize(source) for source in sources) >= PROCESS_MIN_BYTES
+
+
+Done = List[Tuple[Files, object]]  # each shard's files and sidecar entries, in shard order
+
+
+def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
+                        place: Callable[[str], None], threads: int) -> Done:
     stop = threading.Event()  # set when the run stops: the other shards' writers give up within a batch
 
     def one(shard: int) -> Tuple[Files, object]:
@@ -171,6 +210,57 @@ def rewrite_shards(
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    per_file = {name: records for files, _ in done for name, records in files}
-    sidecar = container.sidecar_bytes([entries for _, entries in done]) if container.sidecar else None
-    return per_file, sidecar
+    return done
+
+
+def _rewrite_in_child(shard: int, source: str, container, directory: str, shard_name: str,
+                      spec: ShardSpec) -> Tuple[Files, object]:
+    """:func:`rewrite_shard` in a child process (with the test hooks of :mod:`bert_data.faults`)."""
+    crash_point("rewriter", shard)
+    pause_point("rewriter", shard)
+    return rewrite_shard(source, container, directory, shard_name, spec)
+
+
+def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
+                          place: Callable[[str], None], processes: int) -> Done:
+    """:func:`rewrite_shard` of every shard in spawned child processes, ``processes`` at once; each
+    shard's files are placed by the coordinator as the shard is done. A shard's error, a stop
+    signal or a child's death ends every child at once (what they were writing stays in
+    ``directory``, which the caller discards), and is raised: the error as it is, a death as
+    one line (:class:`~bert_data.runners.children.WorkerDiedError`)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ..runners.children import (
+        WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, submit_held,
+    )
+
+    pool = ProcessPoolExecutor(max_workers=min(processes, len(names)), mp_context=spawn_context(),
+                               initializer=child_started, initargs=(os.getpid(),))
+    pending = []  # (shard, future)
+    children: Dict[int, object] = {}  # every child started, kept to tell how one died
+    done: Dict[int, Tuple[Files, object]] = {}
+    try:
+        for shard in range(len(names)):
+            pending.append((shard, submit_held(pool, _rewrite_in_child, shard, sources[shard], container,
+                                               directory, names[shard], spec)))
+            children.update(getattr(pool, "_processes", None) or {})
+        shard_of = {future: shard for shard, future in pending}
+        for future in as_completed(shard_of):
+            files, entries = future.result()
+            for name, _ in files:
+                place(name)
+            done[shard_of[future]] = (files, entries)
+    except BrokenProcessPool:
+        how = how_processes_died(list(children.values()))
+        hint = " and fewer --num_workers (as many shards are rewritten at once)" if "SIGKILL" in how or "memory" in how else ""
+        error = WorkerDiedError(f"a process rewriting the shards at publish died{how}; nothing was lost: continue with "
+                                f"--resume (same flags){hint}")
+        stop_pool(pool, pending)
+        raise error from None
+    except BaseException:
+        stop_pool(pool, pending)
+        raise
+    pool.shutdown(wait=True)
+    return [done[shard] for shard in range(len(names))]
+

@@ -196,9 +196,10 @@ OUTPUT_PER_INPUT_BYTE = 2.0
 def disk_space_warning(config: Config, input_bytes: int) -> str:
     """A warning when the estimated output (and its fragments, written once more on the way)
     may not fit in the free space of ``--output_dir``'s file system, else "". A format that is
-    rewritten from assembled TFRecord shards at publish (MDS, HDF5: :mod:`bert_data.output.rewrite`)
-    holds those shards and the shards being rewritten at once (one per rewrite thread) at its peak
-    (Parquet's are finished in place); gzip is advised only where the format takes it."""
+    rewritten from assembled shards at publish (MDS, HDF5: :mod:`bert_data.output.rewrite`) holds
+    every assembled shard and every file rewritten from it at its peak, the end of the publish (the
+    assembled shards stay until the commit, so that a run killed meanwhile rewrites again);
+    Parquet's are finished in place. gzip is advised only where the format takes it."""
     if "://" in config.output_dir or not input_bytes:
         return ""
     probe = os.path.abspath(config.output_dir)
@@ -215,11 +216,8 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
 
     other_format = config.output_format != "tfrecord"  # (no gzip for them)
     rewritten = other_format and not hasattr(container_of(config), "finish_in_place")  # (Parquet: no copy)
-    if rewritten:  # (a rewritten shard is smaller than its TFRecords: counted at their size, to be safe)
-        from ..output.rewrite import rewrite_threads
-
-        shards = max(1, config.num_output_files)
-        estimate += estimate * min(rewrite_threads(config), shards) // shards
+    if rewritten:  # (a rewritten file is smaller than its assembled shard: counted at its size, to be safe)
+        estimate *= 2
     if estimate <= free:
         return ""
     advice = "free space or choose another --output_dir" if other_format else "free space, or use --compression gzip"

@@ -1,0 +1,190 @@
+"""The coordinator's child processes: how they start, die with it, and are stopped.
+
+Every process the coordinator starts for a run (the pool's group workers,
+:mod:`bert_data.runners.pool`; the processes that rewrite shards at publish,
+:mod:`bert_data.output.rewrite`) is a spawned interpreter (:func:`spawn_context`) that leaves
+Ctrl-C and a hang-up to the coordinator and never outlives it (:func:`child_started`), is
+started with the stop signals held back (:func:`submit_held`), is stopped promptly and quietly
+when the run stops (:func:`stop_pool`), and, when it dies, is named by how
+(:func:`how_processes_died`: the OOM killer's SIGKILL, a CPU-time limit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Iterable, List, Optional
+
+from ..errors import BertDataError
+
+
+class WorkerDiedError(BertDataError):
+    """A child process (a group's worker, a shard's rewriter) died mid-run; the journal is intact
+    and ``--resume`` continues."""
+
+    exit_code = 3
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie: a SIGKILLed coordinator stays a zombie until its own parent reaps
+    it, and a worker that waited for that could wait forever (its fork server waits for it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc (not Linux): existence is the best we can tell
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """A worker must not outlive its coordinator (kill -9, OOM killer): it would keep computing
+    and hold the coordinator's pipes open. Linux: PR_SET_PDEATHSIG; everywhere: a watchdog thread
+    that polls the coordinator (a zombie counts as dead)."""
+    import threading
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while alive(parent_pid):
+            time.sleep(0.5)
+        os._exit(1)
+
+    if not alive(parent_pid):
+        os._exit(1)
+    threading.Thread(target=watch, name="bert_data-parent-watchdog", daemon=True).start()
+
+
+STOP_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGXCPU") if hasattr(signal, name)}
+WORKER_OUT_OF_MEMORY = 75  # a worker's exit code when it could not start for memory
+
+
+def how_processes_died(processes: List) -> str:
+    """`` (killed by SIGKILL: out of memory?)`` or the like, from the child that died first."""
+    codes = []
+    for process in processes:
+        if process.exitcode is None:
+            process.join(timeout=0.5)  # the pool's manager may be stopping it: let the code settle
+        codes.append(process.exitcode)
+    killed = [c for c in codes if c is not None and c < 0 and c != -signal.SIGTERM]  # SIGTERM: the pool's own teardown
+    for code in sorted(killed, key=lambda c: c != -signal.SIGKILL):  # a SIGKILL (the OOM killer's) first
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        why = _why_sigkill() if name == "SIGKILL" else _cpu_limit() if name == "SIGXCPU" else ""
+        return f" (killed by {name}{why})"
+    failed = [c for c in codes if c is not None and c > 0]
+    if WORKER_OUT_OF_MEMORY in failed:
+        return " (out of memory while it started)"
+    return f" (exit code {failed[0]})" if failed else " (killed, or crashed; out of memory?)"
+
+
+def _cpu_limit() -> str:
+    """A worker's SIGXCPU: the soft CPU-time limit (``ulimit -St``) it reached, which a worker
+    does not survive (the coordinator does: errors.raise_on_sigterm)."""
+    soft = _cpu_soft_limit()
+    return f": its CPU-time limit (ulimit -t {soft}) ran out; raise it" if soft is not None else ": a CPU-time limit"
+
+
+def _why_sigkill() -> str:
+    """The OOM killer's signal, or the kernel's at a hard CPU-time limit (bash's ``ulimit -t``
+    sets both limits, so SIGXCPU never comes first)."""
+    soft = _cpu_soft_limit()
+    return f": its CPU-time limit (ulimit -t {soft}) ran out, or memory did?" if soft is not None else ": out of memory?"
+
+
+def _cpu_soft_limit() -> Optional[int]:
+    """The soft CPU-time limit in seconds, None when there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def stop_pool(pool, pending: Iterable = ()) -> None:
+    """Stop promptly (Ctrl-C, a failed group or shard): cancel the queued work (``pending``: pairs
+    whose second item is a future) and end the children; what they were writing is discarded and
+    remade by --resume. The executor's manager thread may still be
+    handing back results of futures just cancelled: its errors then (InvalidStateError and
+    friends) are noise of the shutdown, not failures, and must not print a traceback."""
+    import threading
+
+    previous = threading.excepthook
+
+    def quiet(args) -> None:
+        if args.thread is not None and ("ExecutorManagerThread" in type(args.thread).__name__
+                                        or args.thread.name == "QueueFeederThread"):  # (see the feeder below)
+            return
+        previous(args)
+
+    threading.excepthook = quiet
+    # The call queue's feeder thread may be writing a group to a worker while the pool closes that
+    # pipe under it: CPython's queue then prints "OSError: [Errno 9] Bad file descriptor" with a
+    # traceback from that thread, at exit, after our last line. Nothing it could send matters now.
+    call_queue = getattr(pool, "_call_queue", None)
+    if call_queue is not None and hasattr(call_queue, "_on_queue_feeder_error"):
+        call_queue._on_queue_feeder_error = lambda error, item: None
+    for _, future in pending:
+        future.cancel()
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + 5  # one wait for all of them, not 5 s each
+    for process in processes:  # gone before the coordinator's semaphores are (no worker traceback)
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:  # one that SIGTERM did not end (stuck in a native call): the exit must not wait on it
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def spawn_context():
+    """Workers are spawned: a fresh interpreter each, nothing inherited but what is pickled.
+    (A fork server that preloads spaCy once was measured: no gain in wall time on 2 cores, and a
+    Ctrl-C while it forks could leave a half-started worker printing a traceback.)"""
+    import multiprocessing
+
+    from ..errors import start_resource_tracker
+
+    start_resource_tracker()
+    return multiprocessing.get_context("spawn")
+
+
+def child_started(parent_pid: int) -> None:
+    """What every child does first: it dies with the coordinator, leaves Ctrl-C and a closed
+    terminal to it (the coordinator stops the children in order), and unblocks the stop signals
+    it inherited from :func:`submit_held` (else a ``terminate()`` would never land)."""
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def submit_held(pool, function, *args):
+    """``pool.submit(function, *args)`` with Ctrl-C (and SIGTERM) held back: the first submits
+    start child processes, and a start cut short leaves a half-started child that prints a
+    traceback on its way out."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(function, *args)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return pool.submit(function, *args)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

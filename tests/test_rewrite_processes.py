@@ -1,0 +1,154 @@
+"""Shards rewritten at publish in child processes (:mod:`bert_data.output.rewrite`): MDS's and
+HDF5's writers hold the GIL, so a big publish with 3 or more workers hands each shard to a spawned
+process. The files are the bytes the threads write; a process that dies is one line (exit 3) and
+``--resume`` finishes; a stop ends every process and ``--resume`` finishes. The size threshold is
+lowered to 0 here (the tests' corpus is small): in this process by monkeypatch, in a child
+coordinator by a driver that sets it before running the tool. Skipped when streaming / h5py
+are missing, except under CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import base_args, published_files, write_corpus, write_vocab
+
+from bert_data.output import rewrite
+from bert_data.tools.create import main
+
+PACKAGE = {"mds": "streaming", "hdf5": "h5py"}
+FLAGS = {"mds": {"output_format": "mds"}, "hdf5": {"output_format": "hdf5", "packing": True}}
+
+
+def _need(module: str) -> None:
+    if importlib.util.find_spec(module) is None and not os.environ.get("CI"):
+        pytest.skip(f"needs {module}")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rewrite_processes")
+    return write_corpus(root / "corpus", n_docs=16), write_vocab(root / "vocab.txt")
+
+
+def _args(corpus, out: Path, fmt: str, **flags) -> List[str]:
+    metadata, vocab = corpus
+    return base_args(metadata, vocab, out, quiet=True, num_output_files=4, **{**FLAGS[fmt], **flags})
+
+
+@pytest.fixture(scope="module")
+def clean(corpus, tmp_path_factory) -> Dict[str, Dict[str, bytes]]:
+    """Each format's files from a one-worker run (its shards rewritten on a thread)."""
+    out = {}
+    for fmt, module in PACKAGE.items():
+        if importlib.util.find_spec(module) is None:
+            continue
+        directory = tmp_path_factory.mktemp(f"clean_{fmt}")
+        assert main(_args(corpus, directory, fmt)) == 0
+        out[fmt] = published_files(directory)
+    return out
+
+
+@pytest.fixture
+def processes_taken(monkeypatch) -> List[int]:
+    """The threshold lowered to 0 in this process; every use of the process path is recorded."""
+    monkeypatch.setattr(rewrite, "PROCESS_MIN_BYTES", 0)
+    taken: List[int] = []
+    real = rewrite._rewrite_in_processes
+
+    def spy(sources, names, container, directory, spec, place, processes):
+        taken.append(processes)
+        return real(sources, names, container, directory, spec, place, processes)
+
+    monkeypatch.setattr(rewrite, "_rewrite_in_processes", spy)
+    return taken
+
+
+@pytest.mark.parametrize("fmt", sorted(PACKAGE))
+def test_shards_rewritten_in_processes_are_the_bytes_threads_write(corpus, clean, tmp_path, processes_taken, fmt):
+    _need(PACKAGE[fmt])
+    out = tmp_path / "out"
+    assert main(_args(corpus, out, fmt, num_workers=3)) == 0
+    assert processes_taken == [3]
+    assert published_files(out) == clean[fmt]
+
+
+def test_two_workers_or_a_small_publish_stay_on_threads(corpus, tmp_path, processes_taken, monkeypatch):
+    """Two processes were measured no faster than two threads; below the size threshold a
+    process's start costs more than it saves."""
+    _need("streaming")
+    assert main(_args(corpus, tmp_path / "two", "mds", num_workers=2)) == 0
+    monkeypatch.setattr(rewrite, "PROCESS_MIN_BYTES", 1 << 40)
+    assert main(_args(corpus, tmp_path / "small", "mds", num_workers=3)) == 0
+    assert processes_taken == []
+
+
+def test_a_rewriting_process_that_dies_is_one_line_and_resume_finishes(corpus, clean, tmp_path, processes_taken,
+                                                                       monkeypatch, capsys):
+    _need("streaming")
+    out = tmp_path / "out"
+    monkeypatch.setenv("BERT_DATA_CRASH_AT", "rewriter:1")  # (the spawned processes inherit it)
+    assert main(_args(corpus, out, "mds", num_workers=3)) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "a process rewriting the shards at publish died (killed by SIGKILL" in err
+    assert "continue with --resume (same flags) and fewer --num_workers" in err
+    assert not (out / "data_params.json").exists()
+    monkeypatch.delenv("BERT_DATA_CRASH_AT")
+    assert main(_args(corpus, out, "mds", num_workers=3, resume=True)) == 0
+    assert published_files(out) == clean["mds"]
+
+
+DRIVER = ("import sys\n"
+          "from bert_data.output import rewrite\n"
+          "rewrite.PROCESS_MIN_BYTES = 0\n"
+          "from bert_data.tools.create import entry_point\n"
+          "sys.argv[0] = 'create_tfrecords'\n"
+          "entry_point()\n")
+
+
+def _children(pid: int) -> List[int]:
+    """The live child processes of ``pid`` (Linux's /proc)."""
+    found: List[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_stop_while_processes_rewrite_ends_them_and_resume_finishes(corpus, clean, tmp_path):
+    _need("streaming")
+    out, marker = tmp_path / "out", tmp_path / "rewriting"
+    env = {**os.environ, "BERT_DATA_PAUSE_AT": f"{marker}:rewriter:0"}
+    run = subprocess.Popen([sys.executable, "-c", DRIVER, *_args(corpus, out, "mds", num_workers=3)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), run.communicate()
+    rewriters = _children(run.pid)
+    assert len(rewriters) >= 3, rewriters  # (the pool's workers are gone by the publish; plus the resource tracker)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode not in (0, None) and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "--resume" in err
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in rewriters) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in rewriters if Path(f"/proc/{pid}").exists()
+            and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"))]
+    assert not left, f"processes left running: {left}"
+    assert main(_args(corpus, out, "mds", num_workers=3, resume=True)) == 0
+    assert published_files(out) == clean["mds"]
