@@ -214,6 +214,69 @@ def test_what_the_layout_cannot_hold_is_an_error(outputs) -> None:
     assert issubclass(NvidiaLayoutError, BertDataError)  # one line and exit 2 from the tools
 
 
+def _spec():
+    from bert_data.format.columns import ShardSpec
+    from bert_data.format.schema import SCHEMAS, feature_length
+
+    return ShardSpec("nsp_packed", tuple((f.name, f.dtype, feature_length(f, SEQ, PRED, 3))
+                                         for f in SCHEMAS["nsp_packed"]), SEQ, PRED)
+
+
+def expected_lengths(rows: Dict[str, np.ndarray], taken: np.ndarray) -> List[int]:
+    """The tokens of each row taken (its ``input_mask``'s non-zero slots)."""
+    return np.count_nonzero(rows["input_mask"][taken], axis=1).tolist()
+
+
+def _assembled(container, rows: Dict[str, np.ndarray], cuts: List[int], path: Path) -> Path:
+    """A partial shard as a run assembles it: the runs the workers encode (the container's
+    ``frame_runs``) of the batches ``rows[cuts[i]:cuts[i + 1]]``, one after the other."""
+    with open(path, "wb") as out:
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            batch = {name: values[a:b] for name, values in rows.items()}
+            for shard, run, records in container.frame_runs(None, batch, np.zeros(b - a, np.int64)):
+                assert (shard, records) == (0, b - a)
+                out.write(bytes(run))
+    return path
+
+
+def test_the_workers_runs_hold_each_shards_samples(tmp_path: Path) -> None:
+    """``encode_runs``: a batch's rows of each shard, checked and cut into NVIDIA's samples in the
+    workers, read back by ``decode_run`` exactly; bytes that are not a run are one line at publish."""
+    import bert_data.format.nvidia_hdf5 as module
+    from bert_data.errors import OutputError
+    from bert_data.format.batch_decode import iter_records
+    from bert_data.format.tfrecord import frame_records
+
+    rows = packed_rows(11, 30, 3)
+    shard_of_row = np.array([2, 0, 2, 2, 1, 0, 2, 1, 1, 2, 0, 0, 2, 1, 0] * 2)
+    runs = module.encode_runs(rows, shard_of_row)
+    assert [(shard, records) for shard, _, records in runs] == [(0, 10), (1, 8), (2, 12)]
+    for shard, run, _ in runs:
+        path = tmp_path / f"run{shard}"
+        path.write_bytes(bytes(run))
+        (payload,) = list(iter_records(str(path)))
+        taken = np.flatnonzero(shard_of_row == shard)
+        expected = module.nvidia_samples({name: values[taken] for name, values in rows.items()})
+        got = module.decode_run(payload)
+        for name, dtype in module.NVIDIA_DATASETS.items():
+            values, lengths = got[name]
+            assert values.dtype == np.dtype(dtype) and values.flags.aligned
+            assert [list(v) for v in np.split(values, np.cumsum(lengths)[:-1])] == [list(v) for v in expected[name]]
+    payload = bytes(runs[0][1])[12:-4]  # (a TFRecord frame: 12 bytes of length and CRC, the payload, a CRC)
+    assert module.decode_run(payload)["input_ids"][1].tolist() == expected_lengths(rows, shard_of_row == 0)
+    for damaged in (payload[:-1], payload + b"x", b"NVH5" + np.array([5], "<u8").tobytes(), b"PAR1" + bytes(8)):
+        with pytest.raises(ValueError):
+            module.decode_run(damaged)
+    partial = tmp_path / "damaged.partial"
+    partial.write_bytes(bytes(runs[0][1]) + frame_records([b"PAR1 not a run"]))
+    writer = module.ShardFileWriter(str(tmp_path), "x.hdf5", _spec())
+    with pytest.raises(OutputError, match=r"damaged.partial: record 1: not a run of NVIDIA samples; x.hdf5 was not "
+                                          r"written \(a bug"):
+        writer.write_partial(str(partial))
+    writer.abort()
+    assert not (tmp_path / "x.hdf5").exists()
+
+
 def test_shards_are_written_a_chunk_at_a_time_the_same_bytes_for_any_batches(tmp_path: Path, monkeypatch) -> None:
     """The container's shard writer (``--output_format hdf5``): fixed chunks of samples whatever
     the batches it is given, so the same rows give the same bytes; read back, the rows are
@@ -221,12 +284,10 @@ def test_shards_are_written_a_chunk_at_a_time_the_same_bytes_for_any_batches(tmp
     import bert_data.format.nvidia_hdf5 as module
     from bert_data.format.columns import ShardSpec
     from bert_data.format.containers import CONTAINERS
-    from bert_data.format.schema import SCHEMAS, feature_length
 
     monkeypatch.setattr(module, "CHUNK_ROWS", 7)
     rows = packed_rows(5, 40, 3)
-    spec = ShardSpec("nsp_packed", tuple((f.name, f.dtype, feature_length(f, SEQ, PRED, 3))
-                                         for f in SCHEMAS["nsp_packed"]), SEQ, PRED)
+    spec = _spec()
     container = CONTAINERS["hdf5"]()
     assert container.supports("nsp_packed") == container.supports("sop_packed") == ""
     assert "add --packing" in container.supports("nsp") and "--mlm_only" in container.supports("mlm_only_packed")
@@ -234,12 +295,14 @@ def test_shards_are_written_a_chunk_at_a_time_the_same_bytes_for_any_batches(tmp
     for cuts in ([0, 40], [0, 1, 8, 9, 30, 40], list(range(41))):
         directory = tmp_path / f"cut{len(cuts)}"
         directory.mkdir()
+        partial = _assembled(container, rows, cuts, directory / "shard.partial")
         writer = container.open_shard(str(directory), "part_-1.hdf5", spec)
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            writer.write({k: v[a:b] for k, v in rows.items()})
+        writer.write_partial(str(partial))
         assert writer.close() == [("part_-1.hdf5", 40)]
         written[len(cuts)] = (directory / "part_-1.hdf5").read_bytes()
     assert len(set(written.values())) == 1
+    samples = module.nvidia_samples(rows)  # the same bytes as the samples written whole, by h5py's own writes
+    assert written[2] == module.nvidia_hdf5_bytes(samples)
     path = str(tmp_path / "cut2" / "part_-1.hdf5")
     assert h5py.File(path, "r")["input_ids"].chunks == (7,)
     assert nvidia_instances(path, SEQ) == unpacked_instances(rows, SEQ, PRED)
@@ -248,7 +311,7 @@ def test_shards_are_written_a_chunk_at_a_time_the_same_bytes_for_any_batches(tmp
     for name, values in rows.items():
         assert np.array_equal(np.concatenate([b[name] for b in back]), values), name
     aborted = container.open_shard(str(tmp_path), "part_-2.hdf5", spec)
-    aborted.write(rows)
+    aborted.write_partial(str(tmp_path / "cut2" / "shard.partial"))
     aborted.abort()
     assert not (tmp_path / "part_-2.hdf5").exists()
     with pytest.raises(NvidiaLayoutError, match="drop --mlm_only"):

@@ -17,36 +17,35 @@ A new container is one class here and one entry in :data:`CONTAINERS`.
 The rewriting protocol (containers with ``concatenates = False``)
 -----------------------------------------------------------------
 
-A group's fragment holds, per (pass, shard), a run of TFRecord frames, and the output assembles
+A group's fragment holds, per (pass, shard), a run of the format's bytes, and the output assembles
 every shard's runs in group order exactly as for TFRecords (the local partial shards and their
 journal, resume, the URL output's index objects: unchanged). Only at ``publish`` does the output
 hand each assembled shard to :func:`bert_data.output.rewrite.rewrite_shard`, which makes the
-container's file(s) from it. What a frame holds is the container's choice:
+container's file(s) from it. A frame holds the format's own encoding, made by the workers (the
+container's ``frame_runs``), so nothing is decoded at publish:
 
-* ``tf.train.Example`` records (the default ``frame_runs``: HDF5): the shard is decoded in
-  bounded batches (:func:`~bert_data.format.batch_decode.decode_examples`: padded ``(n, k)``
-  arrays of the layout, rows in shard order) and fed to the shard writer's ``write(features)``;
-* the format's own encoding, made by the workers (its ``frame_runs``), decoded nothing: MDS's
-  samples in TFRecord frames (:mod:`bert_data.format.mds`), which the shard writer's
-  ``write_partial(path, stopped)`` hands to streaming's writer; Parquet's pieces of data pages,
-  unframed (:mod:`bert_data.format.parquet`), a shard of which the container's
-  ``finish_in_place(path, spec)`` makes the file where it is (a local run's partial shard; a URL
-  run's copy of it): such a container needs no shard writer.
+* MDS's samples in TFRecord frames (:mod:`bert_data.format.mds`) and HDF5's runs of NVIDIA's
+  samples in TFRecord frames (:mod:`bert_data.format.nvidia_hdf5`), which the shard writer's
+  ``write_partial(path, stopped)`` hands to streaming's writer or to h5py;
+* Parquet's pieces of data pages, unframed (:mod:`bert_data.format.parquet`), a shard of which
+  the container's ``finish_in_place(path, spec)`` makes the file where it is (a local run's
+  partial shard; a URL run's copy of it): such a container needs no shard writer.
 
-Either way a shard's file is a pure function of its assembled shard: byte-identical for any
+Every way, a shard's file is a pure function of its assembled shard: byte-identical for any
 worker count, runner or resume, holding the same records in the same order as the TFRecords of
 the same seed. A rewriting container has:
 
 * ``name``, ``suffix``, ``concatenates = False`` and ``frame(payloads)`` (TFRecord frames);
 * ``supports(layout) -> str``: "" when it can hold records of that layout, else why not (one
   phrase, for the ``--output_format`` error line of :func:`bert_data.config.validate`);
+* ``frame_runs(encoder, features, shard_of_row)``: a batch's padded rows (name -> ``(n, k)``
+  array) as one run per shard present, ``(shard, bytes, rows)``, made in the workers;
 * ``open_shard(directory, shard_name, spec: ShardSpec) -> ShardWriter``: a writer of one shard
-  into the local ``directory``, whose ``write(features)`` takes a batch of padded rows (name ->
-  ``(n, k)`` array, the :class:`~bert_data.format.columns.ShardSpec`'s features), in order (or
-  whose ``write_partial`` takes the assembled shard, for samples the workers encoded), and whose ``close()`` finishes
-  the file(s) and returns ``[(file name, records)]`` in order (one file, or several when the
-  format cuts a shard into pieces, as MDS does); ``abort()`` removes what it wrote. Memory is
-  bounded by the writer's own buffer (a row group, an MDS file), never a whole shard;
+  into the local ``directory``, whose ``write_partial(path, stopped)`` takes the assembled shard
+  (the runs, in order) and whose ``close()`` finishes the file(s) and returns
+  ``[(file name, records)]`` in order (one file, or several when the format cuts a shard into
+  pieces, as MDS does); ``abort()`` removes what it wrote. Memory is bounded by the writer's own
+  buffer (an HDF5 chunk, an MDS file), never a whole shard (or, for Parquet, ``finish_in_place``);
 * ``sidecar``: the name of one file written beside the shards once all are written (MDS's
   ``index.json``), or None; ``sidecar_bytes(entries)`` makes it from what every shard writer's
   ``close()`` reported, in shard order (a writer may keep per-file details for it in
@@ -66,7 +65,7 @@ import gzip
 import os
 import re
 from importlib import import_module
-from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
+from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -131,14 +130,14 @@ class TFRecordContainer:
 
 
 class ShardWriter(Protocol):
-    def write(self, features: Mapping[str, np.ndarray]) -> None: ...
+    def write_partial(self, source: str, stopped: Callable[[], bool]) -> None: ...
     def close(self) -> List[Tuple[str, int]]: ...
     def abort(self) -> None: ...
 
 
 class RewritingContainer(TFRecordContainer):
-    """A container whose shards are rewritten from the TFRecord stream of the same records (see
-    the module docstring); its fragments' runs are TFRecord frames, uncompressed."""
+    """A container whose shards are made at publish from the runs its workers encoded (see the
+    module docstring)."""
 
     concatenates = False
     sidecar: Optional[str] = None
@@ -267,6 +266,14 @@ class HDF5Container(RewritingContainer):
             return ("NVIDIA's loss skips label 0 (ignore_index=0), so id 0 must be [PAD]: the first line of "
                     "--vocab_file is not [PAD]")
         return ""
+
+    def frame_runs(self, encoder, features: Mapping[str, np.ndarray],
+                   shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:
+        """A batch's packed rows as NVIDIA's samples the workers check and cut, a TFRecord frame
+        per shard present: the publish hands them to h5py (:func:`bert_data.format.nvidia_hdf5.encode_runs`)."""
+        from .nvidia_hdf5 import encode_runs
+
+        return encode_runs(features, shard_of_row)
 
     def settings_problem(self, config) -> str:
         from .nvidia_hdf5 import NVIDIA_SEQUENCES_PER_SAMPLE

@@ -41,6 +41,14 @@ dataset's samples as its own variable-length records over one flat array (:func:
 not as object arrays that h5py converts one Python object at a time (3x the CPU, the same bytes:
 ``tests/test_nvidia_hdf5.py`` compares them with h5py's own object-array writes).
 ``tests/test_nvidia_hdf5.py`` reads the files back with NVIDIA's reading logic.
+
+The workers make the samples (:func:`encode_runs`, the ``hdf5`` container's ``frame_runs``): each
+batch's rows of a shard are checked and cut into the seven datasets' flat samples there, and
+written as one TFRecord frame (:func:`decode_run` reads it: a header, each dataset's sample
+lengths, then its values, the 2-byte datasets first). At publish the shard writer only reads the
+frames (CRCs checked) and hands the samples to h5py (``ShardFileWriter.write_partial``): nothing
+is decoded from ``tf.train.Example`` records or checked again, and the files are the bytes the
+rows gave before (the writer's chunks are counted in samples, whatever the runs).
 """
 
 from __future__ import annotations
@@ -50,17 +58,20 @@ import re
 import errno
 import contextlib
 import os
-from typing import IO, Dict, Iterator, List, Mapping, NamedTuple, Sequence, Tuple, Union
+from typing import IO, Callable, Dict, Iterator, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import BertDataError
+from ..errors import BertDataError, OutputError
 from ..storage import write_bytes
+from .batch_decode import iter_record_batches
+from .columns import rows_by_shard
 from .packed import row_checks
+from .tfrecord import frame_records
 
 __all__ = ["NVIDIA_DATASETS", "NVIDIA_SEQUENCES_PER_SAMPLE", "NvidiaLayoutError", "nvidia_samples",
            "concat_samples", "NvidiaHDF5Writer", "nvidia_hdf5_bytes", "write_nvidia_hdf5", "rows_of_samples",
-           "read_feature_batches", "ShardFileWriter", "unsupported"]
+           "read_feature_batches", "encode_runs", "decode_run", "ShardFileWriter", "unsupported"]
 
 # name -> dtype of each dataset's values, as create_packed_trainset.py creates them (lines 59-65)
 NVIDIA_DATASETS: Dict[str, str] = {
@@ -268,6 +279,60 @@ def _write_flat(dataset, start: int, flat: Flat) -> None:
     dataset.id.write(h5s.create_simple((n,)), target, records, mtype=h5t.vlen_create(h5t.py_create(values.dtype)))
 
 
+RUN_MAGIC = b"NVH5"  # the first bytes of a run's payload (encode_runs), then the rows as uint64
+_BY_WIDTH = sorted(NVIDIA_DATASETS, key=lambda name: -np.dtype(NVIDIA_DATASETS[name]).itemsize)  # values' order
+
+
+def encode_runs(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray) -> List[Tuple[int, bytes, int]]:
+    """A batch's packed rows (row i for shard ``shard_of_row[i]``) as NVIDIA's samples, one run per
+    shard present, in shard order: ``(shard, one TFRecord frame, rows)``. The rows are checked
+    here (:func:`_flat_samples` raises :class:`NvidiaLayoutError`), in the workers, and the
+    publish only appends the samples (:func:`decode_run`)."""
+    runs = []
+    for shard, rows in rows_by_shard(shard_of_row):
+        subset = features if len(rows) == len(shard_of_row) else {
+            name: np.asarray(values)[rows] for name, values in features.items()}
+        runs.append((shard, frame_records([_run_payload(_flat_samples(subset))]), len(rows)))
+    return runs
+
+
+def _run_payload(flat: Mapping[str, Flat]) -> bytes:
+    """``RUN_MAGIC``, the rows (uint64), each dataset's sample lengths (uint32, in
+    :data:`NVIDIA_DATASETS` order), then each dataset's values (its dtype, little-endian; the
+    2-byte datasets first, so each array starts aligned to its width after the 8-byte header)."""
+    n = len(flat["input_ids"][1])
+    parts = [RUN_MAGIC, np.array([n], "<u8").tobytes()]
+    parts += [np.asarray(flat[name][1], "<u4").tobytes() for name in NVIDIA_DATASETS]
+    parts += [np.ascontiguousarray(flat[name][0], np.dtype(NVIDIA_DATASETS[name]).newbyteorder("<")).tobytes()
+              for name in _BY_WIDTH]
+    return b"".join(parts)
+
+
+def decode_run(payload) -> Dict[str, Flat]:
+    """A run's samples (:func:`_run_payload`'s bytes) as each dataset's flat samples; ValueError
+    for bytes that are not one (a run's frame is CRC-checked: only a bug makes one)."""
+    payload = memoryview(payload)
+    if bytes(payload[:4]) != RUN_MAGIC or len(payload) < 12:
+        raise ValueError("not a run of NVIDIA samples")
+    n = int(np.frombuffer(payload, "<u8", 1, 4)[0])
+    offset, lengths, values = 12, {}, {}
+    if offset + 4 * len(NVIDIA_DATASETS) * n > len(payload):
+        raise ValueError("a run of NVIDIA samples cut short")
+    for name in NVIDIA_DATASETS:
+        lengths[name] = np.frombuffer(payload, "<u4", n, offset).astype(np.int64)
+        offset += 4 * n
+    for name in _BY_WIDTH:
+        dtype = np.dtype(NVIDIA_DATASETS[name]).newbyteorder("<")
+        count = int(lengths[name].sum())
+        if offset + count * dtype.itemsize > len(payload):
+            raise ValueError("a run of NVIDIA samples cut short")
+        values[name] = np.require(np.frombuffer(payload, dtype, count, offset), requirements="A")
+        offset += count * dtype.itemsize
+    if offset != len(payload):
+        raise ValueError("a run of NVIDIA samples with bytes after its samples")
+    return {name: (values[name], lengths[name]) for name in NVIDIA_DATASETS}
+
+
 def concat_samples(parts: Sequence[Samples]) -> Samples:
     """The samples of several batches (:func:`nvidia_samples`), in order: one file's worth."""
     return {name: np.concatenate([part[name] for part in parts]) if parts else np.empty(0, dtype=object)
@@ -308,6 +373,10 @@ class NvidiaHDF5Writer:
         if any(len(samples[name]) != n for name in NVIDIA_DATASETS):
             raise ValueError("samples whose datasets differ in length")
         self._append(_flat_of_objects(samples))
+
+    def write_flat(self, flat: Dict[str, Flat]) -> None:
+        """Append samples already flat and checked (:func:`decode_run`: the workers' runs)."""
+        self._append(flat)
 
     def _append(self, flat: Dict[str, Flat]) -> None:
         n = len(flat["input_ids"][1])
@@ -404,7 +473,7 @@ def read_feature_batches(path: str, spec) -> Iterator[Dict[str, np.ndarray]]:
 
 class ShardFileWriter:
     """One shard's HDF5 file in ``directory`` (the ``hdf5`` container's ``open_shard``,
-    :mod:`bert_data.format.containers`): packed NSP/SOP rows in, NVIDIA's samples out."""
+    :mod:`bert_data.format.containers`): the workers' runs of NVIDIA's samples in, h5py's file out."""
 
     def __init__(self, directory: str, shard_name: str, spec) -> None:
         if spec.layout not in HDF5_LAYOUTS:
@@ -413,9 +482,22 @@ class ShardFileWriter:
         self.name = shard_name
         self._writer = NvidiaHDF5Writer(self.path)
 
-    def write(self, features: Mapping[str, np.ndarray]) -> None:
-        with _as_os_errors(self.path):
-            self._writer.write_rows(features)
+    def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
+        """The assembled shard ``source``: TFRecord frames of the runs the workers encoded
+        (:func:`encode_runs`), every CRC checked, their samples handed to h5py in order.
+        ``stopped()`` is asked between batches of frames (the run is stopping: give up)."""
+        for batch in iter_record_batches(source):
+            if stopped():
+                raise InterruptedError(self.name)
+            data = memoryview(batch.data)
+            for index, (start, length) in enumerate(zip(batch.starts.tolist(), batch.lengths.tolist())):
+                try:
+                    flat = decode_run(data[start:start + length])
+                except ValueError as exc:  # (the frame's CRC held: written so, by a bug)
+                    raise OutputError(f"{source}: record {batch.first + index}: {exc}; {self.name} was not "
+                                      f"written (a bug: please report it)") from None
+                with _as_os_errors(self.path):
+                    self._writer.write_flat(flat)
 
     def close(self) -> List[Tuple[str, int]]:
         with _as_os_errors(self.path):

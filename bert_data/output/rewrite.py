@@ -10,10 +10,8 @@ run's index objects. At ``publish`` each assembled shard becomes the container's
   :func:`_finished_copy`; a local run finishes its partial shards themselves and renames them);
 * MDS's runs are TFRecord frames of samples its workers encoded (:mod:`bert_data.format.mds`): its
   writer reads the frames (every CRC checked) and hands the samples to streaming's ``MDSWriter``;
-* HDF5's runs are TFRecord-framed ``tf.train.Example`` records: they are read in bounded batches
-  (:func:`~bert_data.format.batch_decode.iter_record_batches`), decoded into the layout's padded
-  arrays (:func:`~bert_data.format.batch_decode.decode_examples`) and written by the container's
-  shard writer (:func:`feed`).
+* HDF5's runs are TFRecord frames of NVIDIA's samples its workers checked and cut
+  (:mod:`bert_data.format.nvidia_hdf5`): its writer reads them and hands them to h5py.
 
 :func:`rewrite_shards` does every shard, several at once, and then the container's sidecar file,
 if it has one. MDS's and HDF5's writers hold the GIL (streaming's ``MDSWriter`` joins and hashes
@@ -33,11 +31,9 @@ import os
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import OutputError
 from ..faults import crash_point, pause_point
-from ..format.batch_decode import RecordBatch, decode_examples, iter_record_batches
 from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
 from .fragment import copy_range
@@ -84,13 +80,10 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
         return [(shard_name, _finished_copy(tfrecord_path, container, directory, shard_name, spec, stop))], None
     writer = container.open_shard(directory, shard_name, spec)
     try:
-        if hasattr(writer, "write_partial"):  # the records are the format's own (MDS's samples): no decoding
-            try:
-                writer.write_partial(tfrecord_path, (lambda: False) if stop is None else stop.is_set)
-            except InterruptedError:
-                raise RewriteStopped(shard_name) from None
-        else:
-            feed(writer, iter_record_batches(tfrecord_path), spec, tfrecord_path, shard_name, stop)
+        try:  # (the records are the format's own, encoded by the workers: nothing is decoded)
+            writer.write_partial(tfrecord_path, (lambda: False) if stop is None else stop.is_set)
+        except InterruptedError:
+            raise RewriteStopped(shard_name) from None
         files = writer.close()
     except BaseException:
         writer.abort()
@@ -127,22 +120,6 @@ def _finished_copy(source: str, container, directory: str, shard_name: str, spec
         raise
     finally:
         os.close(src)
-
-
-def feed(writer, batches: Iterable[RecordBatch], spec: ShardSpec, source: str, shard_name: str,
-         stop: Optional[threading.Event] = None) -> None:
-    """Every record of ``batches`` (``source``'s, TFRecord frames) decoded into the layout's padded
-    arrays and written by ``writer``, in order; checks ``stop`` a batch (~1 MB of records) at a time."""
-    for batch in batches:
-        arrays, decoded = decode_examples(batch.data, batch.starts, batch.lengths, spec.features, small_ints=True)
-        if not decoded.all():  # every record was written by us in this layout: a bug, not data
-            raise OutputError(
-                f"{source}: record {batch.first + int((~decoded).argmax())} is not a {spec.layout} record "
-                f"of this run's lengths; {shard_name} was not written (a bug: please report it)"
-            )
-        if stop is not None and stop.is_set():
-            raise RewriteStopped(shard_name)
-        writer.write(arrays)
 
 
 def _require_room(needed: int, target: str) -> None:
