@@ -17,6 +17,7 @@ creates (lines 59-65: vlen int16 / int8, no compression).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List
@@ -385,6 +386,45 @@ def test_a_row_is_written_only_when_it_reads_back_exactly(seed, depth, feature, 
     back = rows_of_samples(samples, SEQ, PRED + depth, depth)
     assert sorted(back) == sorted(rows)
     assert all(np.array_equal(back[name], rows[name]) for name in rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), depth=st.integers(1, 3), feature=st.sampled_from(sorted(
+    ["input_ids", "input_mask", "segment_ids", "positions", "masked_lm_positions", "masked_lm_ids",
+     "masked_lm_weights", "next_sentence_positions", "next_sentence_labels", "next_sentence_weights"])),
+    value=st.sampled_from([0, 1, 2, 3, 4, 7, -1, 0.5, 32767, 32768, -32768, -32769, 40000, -40000]),
+    where=st.integers(0, 10**6), changed=st.booleans(), narrow=st.booleans(), shards=st.integers(1, 4))
+def test_the_c_accelerator_makes_the_runs_numpy_makes(seed, depth, feature, value, where, changed, narrow,
+                                                      shards) -> None:
+    """``encode_runs`` by the C accelerator (``_wire.nvidia_run``) and by numpy, for valid packed
+    rows and rows with one value changed, int64 or int32 features, over several shards: the same
+    frames, or C declines and numpy refuses the rows (it says why, in one line)."""
+    import bert_data.format.nvidia_hdf5 as module
+    from bert_data.format import native
+    from bert_data.format.columns import rows_by_shard
+
+    if native.wire() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI builds the C accelerator")
+        pytest.skip("the C accelerator is not built")
+    rows = packed_rows(seed, 7, depth)
+    if changed:
+        target = rows[feature]
+        target.flat[where % target.size] = value
+    if narrow:
+        rows = {name: values.astype(np.int32) if values.dtype == np.int64 else values for name, values in rows.items()}
+    shard_of_row = np.random.default_rng(seed).integers(0, shards, 7)
+    native_runs = module._native_runs(native.wire(), rows, rows_by_shard(shard_of_row))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "_wire", None)
+        try:
+            expected = module.encode_runs(rows, shard_of_row)
+        except NvidiaLayoutError as exc:
+            assert native_runs is None and "\n" not in str(exc)
+            return
+    assert native_runs is not None, "C declined rows numpy writes"
+    assert [(shard, bytes(run), records) for shard, run, records in native_runs] == \
+        [(shard, bytes(run), records) for shard, run, records in expected]
 
 
 def _h5py_object_writes(samples, chunk: int) -> bytes:

@@ -65,6 +65,12 @@
  *     state handed back is the one Python's planner leaves (documented at the function). None
  *     sends the caller to Python's planner. mt_draws(...) runs the generator alone (tests).
  *
+ * mds_frames(...), parquet_page(...), nvidia_run(...) -> bytes or None
+ *     The output formats' own bytes, made by the workers from a batch's padded rows: MDS samples
+ *     in TFRecord frames, a Parquet data page, a run of NVIDIA's HDF5 samples in one frame
+ *     (bert_data.format.mds, .parquet, .nvidia_hdf5: numpy the reference, byte for byte). None
+ *     sends the caller to numpy, which says what a row it declined breaks.
+ *
  * The writers hold the GIL (they are called from one thread, and the serializers and framing
  * make Python objects as they go); plan_pairs and choose_rows release it while they work.
  */
@@ -2782,6 +2788,171 @@ done:
     return result;
 }
 
+/* nvidia_run(arrays, rows) -> bytes or None: one TFRecord frame holding rows `rows` (int64 indices,
+ * in order) of a batch of packed NSP/SOP rows as NVIDIA's samples, the bytes of
+ * bert_data.format.nvidia_hdf5._run_payload(_flat_samples(those rows)): "NVH5", the rows (uint64),
+ * each dataset's sample lengths (uint32: input_ids, segment_ids, packed_input_len,
+ * masked_lm_positions, masked_lm_ids, packed_masked_lm_len, next_sentence_labels), then the
+ * values (int16 input_ids, packed_input_len, masked_lm_positions, masked_lm_ids,
+ * packed_masked_lm_len; int8 segment_ids, next_sentence_labels). arrays: input_ids, input_mask,
+ * segment_ids, positions (rows x L), masked_lm_positions, masked_lm_ids (rows x P), int32 or int64;
+ * masked_lm_weights (rows x P, float32 or float64); next_sentence_positions, next_sentence_labels
+ * (rows x K, int32 or int64), next_sentence_weights (rows x K, float32 or float64); then L, P, K.
+ * None when a row is not one the layout holds exactly (every check of _check_rows and
+ * _not_read_back): the numpy path then says why. */
+#define NV_SLOTS 3
+typedef struct { Py_buffer v; int wide, real; } NvArray;
+
+static inline int64_t nv_int(const NvArray *a, Py_ssize_t i) {
+    return a->wide ? ((const int64_t *)a->v.buf)[i] : ((const int32_t *)a->v.buf)[i];
+}
+static inline double nv_real(const NvArray *a, Py_ssize_t i) {
+    return a->wide ? ((const double *)a->v.buf)[i] : (double)((const float *)a->v.buf)[i];
+}
+
+/* One row's checks; its tokens, predictions, depth and per-instance counts. 0 when it fails one. */
+static int nv_row(NvArray *a, Py_ssize_t r, Py_ssize_t L, Py_ssize_t P, Py_ssize_t K, int64_t *tokens,
+                  int64_t *preds, int64_t *depth, int64_t tok[NV_SLOTS], int64_t pred[NV_SLOTS]) {
+    const Py_ssize_t base = r * L, pbase = r * P, kbase = r * K;
+    int64_t d = 0, n = 0;
+    tok[0] = tok[1] = tok[2] = 0;
+    Py_ssize_t c = 0;
+    for (; c < L; c++) {  /* input_mask: runs of 1, 2, 3 (each step up by one), then 0 */
+        const int64_t m = nv_int(&a[1], base + c);
+        if (m == 0) break;
+        if (m != d && m != d + 1) return 0;  /* (also a negative value, and one past 3: d + 1 <= 3 below) */
+        if (m > NV_SLOTS) return 0;
+        d = m; tok[m - 1]++; n++;
+    }
+    for (; c < L; c++)  /* padding: every feature 0 there */
+        if (nv_int(&a[1], base + c) || nv_int(&a[0], base + c) || nv_int(&a[2], base + c) || nv_int(&a[3], base + c)) return 0;
+    if (d < 1 || d > K) return 0;
+    int64_t start = 0, inst = 1;
+    for (Py_ssize_t c = 0; c < n; c++) {  /* real tokens: positions within the instance, ids, segments */
+        const int64_t m = nv_int(&a[1], base + c);
+        if (m != inst) { start = c; inst = m; }
+        if (nv_int(&a[3], base + c) != c - start) return 0;
+        if (nv_int(&a[0], base + c) > 32767) return 0;
+        const int64_t seg = nv_int(&a[2], base + c);
+        if (seg != 0 && seg != 1) return 0;
+    }
+    int64_t p = 0;
+    pred[0] = pred[1] = pred[2] = 0;
+    int64_t slot = 1, ended = 0;
+    for (Py_ssize_t c = 0; c < P; c++) {  /* masked_lm_weights: 1.0.. 2.0.. 3.0.. then 0.0, within the row's instances */
+        const double w = nv_real(&a[6], pbase + c);
+        const int64_t pos = nv_int(&a[4], pbase + c), id = nv_int(&a[5], pbase + c);
+        if (pos < -32768 || pos > 32767 || id < -32768 || id > 32767) return 0;
+        if (ended || w == 0.0) {
+            if (w != 0.0 || pos != 0 || id != 0) return 0;
+            ended = 1;
+            continue;
+        }
+        int64_t s;
+        if (w == 1.0) s = 1; else if (w == 2.0) s = 2; else if (w == 3.0) s = 3; else return 0;
+        if (s < slot || s > d) return 0;
+        slot = s;
+        if (id == 0) return 0;  /* NVIDIA's loss skips label 0 */
+        pred[s - 1]++;
+        p++;
+    }
+    int64_t first = 0;
+    for (Py_ssize_t j = 0; j < K; j++) {  /* next_sentence_*: the instances' first tokens, labels 0/1, weights 1.0 */
+        const int used = j < d;
+        const int64_t label = nv_int(&a[8], kbase + j);
+        if (label != 0 && label != 1) return 0;
+        if (!used && label != 0) return 0;
+        if (nv_int(&a[7], kbase + j) != (used ? first : 0)) return 0;
+        if (nv_real(&a[9], kbase + j) != (used ? 1.0 : 0.0)) return 0;
+        if (used && j < NV_SLOTS) first += tok[j];
+    }
+    *tokens = n; *preds = p; *depth = d;
+    return 1;
+}
+
+static PyObject *nvidia_run(PyObject *self, PyObject *args) {
+    PyObject *o[10], *rows_arg;
+    Py_ssize_t L, P, K;
+    if (!PyArg_ParseTuple(args, "(OOOOOOOOOO)nnnO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
+                          &L, &P, &K, &rows_arg)) return NULL;
+    NvArray a[10];
+    int got = 0, have_rows = 0;
+    Py_buffer rows_view;
+    Py_ssize_t count, nrows = -1;
+    PyObject *result = NULL;
+    int64_t *sizes = NULL;
+    if (L < 1 || L > 32768 || P < 0 || K < 1) { result = Py_None; Py_INCREF(result); goto done; }
+    for (int i = 0; i < 10; i++) {
+        const int real = i == 6 || i == 9;
+        if (!any_vector(o[i], &a[i].v, 0, real ? 'f' : 'i', 4, real ? 'd' : 'q', 8, &count, "nvidia_run")) goto done;
+        got++;
+        a[i].wide = a[i].v.itemsize == 8;
+        a[i].real = real;
+        const Py_ssize_t width = i < 4 ? L : i < 7 ? P : K;
+        if (width ? count % width : count) { PyErr_SetString(PyExc_ValueError, "nvidia_run: an array is not rows of its width"); goto done; }
+        const Py_ssize_t n = width ? count / width : 0;
+        if (nrows < 0) nrows = n;
+        else if (n != nrows) { PyErr_SetString(PyExc_ValueError, "nvidia_run: arrays of different rows"); goto done; }
+    }
+    if (!any_vector(rows_arg, &rows_view, 0, 'q', 8, 0, 0, &count, "nvidia_run")) goto done;
+    have_rows = 1;
+    const int64_t *rows = rows_view.buf;
+    sizes = PyMem_Malloc(sizeof(int64_t) * (size_t)(count ? count : 1) * 9);
+    if (!sizes) { PyErr_NoMemory(); goto done; }
+    int64_t total[7] = {0, 0, 0, 0, 0, 0, 0};
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (rows[j] < 0 || rows[j] >= nrows) { PyErr_SetString(PyExc_IndexError, "nvidia_run: a row index is out of range"); goto done; }
+        int64_t *s = sizes + 9 * j;  /* tokens, predictions, depth, tok[3], pred[3] */
+        if (!nv_row(a, rows[j], L, P, K, &s[0], &s[1], &s[2], s + 3, s + 6)) { result = Py_None; Py_INCREF(result); goto done; }
+        total[0] += s[0]; total[1] += s[0]; total[2] += s[2]; total[3] += s[1]; total[4] += s[1]; total[5] += s[2]; total[6] += s[2];
+    }
+    /* payload: magic, rows, 7 x rows lengths, then int16 values of 0, 2, 3, 4, 5 and int8 values of 1, 6 */
+    const int64_t payload = 12 + 28 * (int64_t)count + 2 * (total[0] + total[2] + total[3] + total[4] + total[5]) + total[1] + total[6];
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(16 + payload));
+    if (!result) goto done;
+    uint8_t *frame = (uint8_t *)PyBytes_AS_STRING(result), *q = frame + 12;
+    memcpy(q, "NVH5", 4);
+    const uint64_t n64 = (uint64_t)count;
+    memcpy(q + 4, &n64, 8);
+    uint8_t *len = q + 12;
+    static const int which[7] = {0, 0, 2, 1, 1, 2, 2};  /* each dataset's length: tokens, predictions or depth */
+    for (int d = 0; d < 7; d++)
+        for (Py_ssize_t j = 0; j < count; j++) { const uint32_t v = (uint32_t)sizes[9 * j + which[d]]; memcpy(len, &v, 4); len += 4; }
+    uint8_t *p = len;
+    for (Py_ssize_t j = 0; j < count; j++) {  /* input_ids */
+        const Py_ssize_t base = rows[j] * L;
+        for (int64_t c = 0; c < sizes[9 * j]; c++) { const int16_t v = (int16_t)(uint16_t)(nv_int(&a[0], base + c) & 0xFFFF); memcpy(p, &v, 2); p += 2; }
+    }
+    for (Py_ssize_t j = 0; j < count; j++)  /* packed_input_len */
+        for (int64_t s = 0; s < sizes[9 * j + 2]; s++) { const int16_t v = (int16_t)sizes[9 * j + 3 + s]; memcpy(p, &v, 2); p += 2; }
+    for (int f = 4; f <= 5; f++)  /* masked_lm_positions, masked_lm_ids */
+        for (Py_ssize_t j = 0; j < count; j++) {
+            const Py_ssize_t base = rows[j] * P;
+            for (int64_t c = 0; c < sizes[9 * j + 1]; c++) { const int16_t v = (int16_t)nv_int(&a[f], base + c); memcpy(p, &v, 2); p += 2; }
+        }
+    for (Py_ssize_t j = 0; j < count; j++)  /* packed_masked_lm_len */
+        for (int64_t s = 0; s < sizes[9 * j + 2]; s++) { const int16_t v = (int16_t)sizes[9 * j + 6 + s]; memcpy(p, &v, 2); p += 2; }
+    for (Py_ssize_t j = 0; j < count; j++) {  /* segment_ids */
+        const Py_ssize_t base = rows[j] * L;
+        for (int64_t c = 0; c < sizes[9 * j]; c++) *p++ = (uint8_t)(int8_t)nv_int(&a[2], base + c);
+    }
+    for (Py_ssize_t j = 0; j < count; j++) {  /* next_sentence_labels */
+        const Py_ssize_t base = rows[j] * K;
+        for (int64_t s = 0; s < sizes[9 * j + 2]; s++) *p++ = (uint8_t)(int8_t)nv_int(&a[8], base + s);
+    }
+    const uint64_t length = (uint64_t)payload;
+    memcpy(frame, &length, 8);
+    uint32_t crc = masked(crc32c(frame, 8));
+    memcpy(frame + 8, &crc, 4);
+    crc = masked(crc32c(q, (size_t)payload));
+    memcpy(p, &crc, 4);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&a[i].v);
+    if (have_rows) PyBuffer_Release(&rows_view);
+    PyMem_Free(sizes);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"cut_frames", cut_frames, METH_VARARGS, "(data, starts_out, lengths_out) -> (count, end, bad)"},
     {"decode_fixed", decode_fixed, METH_VARARGS,
@@ -2821,6 +2992,8 @@ static PyMethodDef methods[] = {
      "(columns, rows) -> bytes or None: the TFRecord frames of the rows' MDS samples"},
     {"parquet_page", parquet_page, METH_VARARGS,
      "(values, width, counts, rows, levels, low, high) -> (payload, levels) or None: a Parquet data page's levels and DELTA values"},
+    {"nvidia_run", nvidia_run, METH_VARARGS,
+     "((10 arrays), L, P, K, rows) -> bytes or None: one TFRecord frame of the rows' NVIDIA samples"},
     {"use_simd_varints", use_simd_varints, METH_O, "(on) -> previous: the SSSE3 varint blocks on or off (tests)"},
     {NULL, NULL, 0, NULL},
 };
@@ -2838,7 +3011,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 11) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 12) < 0) {
         Py_DECREF(m);
         return NULL;
     }
