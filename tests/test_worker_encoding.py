@@ -410,3 +410,32 @@ def test_a_partial_shard_damaged_where_the_journal_does_not_look_is_one_line(cor
     assert lines[0].endswith("examples-1.parquet.partial: byte 0 is not a piece of nsp rows: the partial shard is damaged; "
                              "start over with --overwrite")
     assert main(args + ["--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "mds", "hdf5", "tfrecord"])
+def test_a_run_whose_workers_encoded_otherwise_is_not_resumed(corpus, tmp_path, fmt) -> None:
+    """What a rewriting format's runs hold is a fingerprint (``runs_encoding``): a run interrupted
+    by a bert_data that wrote them otherwise (MDS and HDF5 wrote tf.train.Example records until
+    2026-11-27) is refused by --resume in one line, never published as samples. A TFRecord run
+    records none, so older TFRecord journals stay resumable."""
+    _need({"parquet": "pyarrow", "mds": "streaming", "hdf5": "h5py", "tfrecord": "numpy"}[fmt])
+    import json
+
+    out = tmp_path / "out"
+    args = _args(corpus, out, fmt) + (["--packing"] if fmt == "hdf5" else [])
+    killed = _cli(args, "checkpointed:0")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run_file = out / ".bert_data_work" / "run.json"
+    run = json.loads(run_file.read_text())
+    assert ("runs_encoding" in run["inputs"]) == (fmt != "tfrecord")
+    run["inputs"].pop("runs_encoding", None)  # as a bert_data before the fingerprint wrote it
+    run_file.write_text(json.dumps(run))
+    resumed = _cli(args + ["--resume"])
+    if fmt == "tfrecord":
+        assert resumed.returncode == 0, resumed.stderr
+        return
+    lines = resumed.stderr.strip().splitlines()
+    assert resumed.returncode == 2 and len(lines) == 1, resumed.stderr
+    assert "the interrupted run did not record runs_encoding (an older bert_data)" in lines[0]
+    assert "start over with --overwrite" in lines[0]
+    assert main(args + ["--overwrite"]) == 0

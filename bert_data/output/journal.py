@@ -44,6 +44,7 @@ INPUT_CHANGES = {
     "segmenter": "the sentence segmenter (spaCy or its model) changed",
     "tokenizers": "the tokenizers library changed",
     "bert_data_version": "bert_data's version changed",
+    "runs_encoding": "what the workers write for --output_format changed (another bert_data)",
 }
 
 
@@ -147,13 +148,17 @@ def check_run_file(previous: Mapping, settings: Mapping, path: str) -> None:
 # nothing more once another has changed (the documents of another metadata list differ anyway).
 NAMING_ONLY = {"newest_document"}
 IMPLIED_BY = {"documents_sha256": "metadata_sha256"}
+SETTING_OF = {"runs_encoding": "output_format"}  # a fingerprint that a setting decides: that setting's change is named
 
 
-def check_same_inputs(current: Mapping[str, str], previous: object, where: str) -> None:
-    """--resume refuses, naming what changed, when the inputs differ from the earlier run's."""
+def check_same_inputs(current: Mapping[str, str], previous: object, where: str,
+                      changed_settings: Sequence[str] = ()) -> None:
+    """--resume refuses, naming what changed, when the inputs differ from the earlier run's (but
+    for those a changed setting decides, ``changed_settings``: the settings' line names it)."""
     if not isinstance(previous, dict):
         return  # damage: the run-file check says so
-    differ = {k for k in set(current) | set(previous) if k not in NAMING_ONLY and current.get(k) != previous.get(k)}
+    differ = {k for k in set(current) | set(previous) if k not in NAMING_ONLY and current.get(k) != previous.get(k)
+              and SETTING_OF.get(k) not in changed_settings}
     differ -= {k for k, cause in IMPLIED_BY.items() if cause in differ}
     changed = [_input_change(k, current, previous) for k in sorted(differ)]
     if changed:
@@ -192,8 +197,10 @@ def check_same_run(settings: Mapping, previous: Mapping, where: str, finished: b
     ``inputs``) against a ``run.json`` (``finished=False``: its completeness is checked too) or a
     finished run's manifest (only the keys of ``settings`` are compared). Inputs are compared
     first, so a changed vocabulary is named as such, for a local and a URL output alike."""
-    check_same_inputs(settings.get("inputs", {}), previous.get("inputs"), where)
-    settings, previous = {**LEFT_OUT_AT_DEFAULT, **settings}, {**LEFT_OUT_AT_DEFAULT, **previous}
+    merged, merged_before = {**LEFT_OUT_AT_DEFAULT, **settings}, {**LEFT_OUT_AT_DEFAULT, **previous}
+    changed = [k for k in set(SETTING_OF.values()) if merged.get(k) != merged_before.get(k)]
+    check_same_inputs(settings.get("inputs", {}), previous.get("inputs"), where, changed)
+    settings, previous = merged, merged_before
     if finished:
         previous = {k: previous.get(k) for k in settings}
     else:

@@ -38,8 +38,8 @@ from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
 from .fragment import copy_range
 
-REWRITE_THREADS = 4  # shards rewritten at once by the coordinator, at most (and at most --num_workers:
-# each thread holds a shard's decoded batch and row group, ~100 MB at MSL 512, and a core)
+REWRITE_THREADS = 4  # shards rewritten at once by the coordinator's threads, at most (and at most --num_workers:
+# each holds an MDS piece, 64 MB in three copies, or an HDF5 chunk of samples, and takes turns on the GIL)
 PROCESS_MIN_BYTES = 256 << 20  # assembled bytes from which a GIL-bound writer's shards are rewritten in
 # processes: ~1 s of one core's work at ~3.5 s/GB (MDS here), against ~0.3 s to start each process
 PROCESS_MIN_SLOTS = 3  # and only with 3 or more at once: threads taking turns on the GIL already do ~1.3-1.7
@@ -75,7 +75,7 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
                   stop: Optional[threading.Event] = None) -> Tuple[Files, object]:
     """The TFRecord shard at ``tfrecord_path`` as ``container``'s file(s) for ``shard_name`` in
     ``directory``; returns the files written with their records, and the writer's sidecar entries."""
-    _require_room(os.path.getsize(tfrecord_path), os.path.join(directory, shard_name))
+    _require_room(container.rewritten_size_bound(tfrecord_path), os.path.join(directory, shard_name))
     if hasattr(container, "finish_in_place"):  # (Parquet: the shard is the file but for its ending)
         return [(shard_name, _finished_copy(tfrecord_path, container, directory, shard_name, spec, stop))], None
     writer = container.open_shard(directory, shard_name, spec)
@@ -123,10 +123,10 @@ def _finished_copy(source: str, container, directory: str, shard_name: str, spec
 
 
 def _require_room(needed: int, target: str) -> None:
-    """Room for ``needed`` bytes of TFRecords rewritten as ``target`` before they are written (every
-    format's file is smaller than its TFRecords, but for a small file's fixed overhead: 1 MiB
-    more). Why first: HDF5 (h5py) that runs out of disk space mid-file can take the process down
-    (a segmentation fault) instead of raising; an OSError here is one line and --resume continues
+    """Room for the ``needed`` bytes of ``target`` (the container's bound on the file(s) made from
+    an assembled shard: ``rewritten_size_bound``), and 1 MiB more, before they are written. Why
+    first: HDF5 (h5py) that runs out of disk space mid-file can take the process down (a
+    segmentation fault) instead of raising; an OSError here is one line and --resume continues
     once there is room."""
     free = shutil.disk_usage(os.path.dirname(target) or ".").free
     if free < needed + (1 << 20):

@@ -247,7 +247,19 @@ def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, st
         "segmenter": segmenter,
         "tokenizers": version("tokenizers"),
         "bert_data_version": __version__,
+        **runs_encoding(config),
     }
+
+
+def runs_encoding(config: Config) -> Dict[str, str]:
+    """What the runs of a rewriting format's partial shards hold (``container.runs_encoding``),
+    as a fingerprint: a run interrupted by a bert_data whose workers encoded them otherwise (MDS
+    and HDF5 wrote ``tf.train.Example`` records until 2026-11-27) is refused by --resume, never
+    published as samples. TFRecord shards hold records (no key: older journals stay resumable)."""
+    from ..format.containers import container_of
+
+    encoding = getattr(container_of(config), "runs_encoding", None)
+    return {"runs_encoding": encoding} if encoding else {}
 
 
 # File descriptors the coordinator needs besides one per shard: per worker (pipes) and a margin.
