@@ -216,8 +216,8 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
 
     other_format = config.output_format != "tfrecord"  # (no gzip for them)
     rewritten = other_format and not hasattr(container_of(config), "finish_in_place")  # (Parquet: no copy)
-    if rewritten:  # (a rewritten file is smaller than its assembled shard: counted at its size, to be safe)
-        estimate *= 2
+    if rewritten:  # (the assembled shards and their files, each counted at the TFRecords' size: MDS's are about
+        estimate *= 2  # that, HDF5's runs about half of it and its files at most ~1.5x its runs)
     if estimate <= free:
         return ""
     advice = "free space or choose another --output_dir" if other_format else "free space, or use --compression gzip"
