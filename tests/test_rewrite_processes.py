@@ -152,3 +152,49 @@ def test_a_stop_while_processes_rewrite_ends_them_and_resume_finishes(corpus, cl
     assert not left, f"processes left running: {left}"
     assert main(_args(corpus, out, "mds", num_workers=3, resume=True)) == 0
     assert published_files(out) == clean["mds"]
+
+
+def test_a_stop_while_a_child_starts_is_raised_once_it_has_started() -> None:
+    """helper-24: a stop signal taken by another thread of the coordinator (the journal's) ran its
+    handler in the main thread in the middle of starting a rewriter, whose half-read start-up then
+    printed a traceback. ``stops_held`` defers the handlers themselves: the stop is raised once
+    the block is done, in the main thread's handler, and never inside it."""
+    import threading
+
+    from bert_data.runners.children import stops_held
+
+    inside_done = False
+    with pytest.raises(KeyboardInterrupt):
+        with stops_held():
+            sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
+            sender.start()
+            sender.join()
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:  # (a handler would run here, between bytecodes, if it could)
+                time.sleep(0.01)
+            inside_done = True
+    assert inside_done
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is back
+
+
+def test_how_a_child_died_is_read_once_the_other_reaper_set_it() -> None:
+    """helper-24: the pool's manager thread and ours both reap a dead child; the loser of that race
+    saw no exit code and named no signal. The code is waited for (at most 0.5 s in all)."""
+    from bert_data.runners.children import how_processes_died
+
+    class Reaped:  # a child whose code the other thread sets after our first looks
+        def __init__(self, code: int, looks: int) -> None:
+            self.code, self.looks = code, looks
+
+        @property
+        def exitcode(self):
+            self.looks -= 1
+            return self.code if self.looks < 0 else None
+
+        def join(self, timeout: float) -> None:
+            time.sleep(min(timeout, 0.01))
+
+    assert how_processes_died([Reaped(0, 0), Reaped(-signal.SIGKILL, 5)]).startswith(" (killed by SIGKILL")
+    started = time.monotonic()
+    assert how_processes_died([Reaped(-signal.SIGKILL, 10**9)]) == " (killed, or crashed; out of memory?)"
+    assert time.monotonic() - started < 2

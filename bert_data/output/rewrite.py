@@ -201,19 +201,21 @@ def _rewrite_in_child(shard: int, source: str, container, directory: str, shard_
 def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
                           place: Callable[[str], None], processes: int) -> Done:
     """:func:`rewrite_shard` of every shard in spawned child processes, ``processes`` at once; each
-    shard's files are placed by the coordinator as the shard is done. A shard's error, a stop
+    shard's files are placed by the coordinator, in shard order, once the shard is done. A shard's error, a stop
     signal or a child's death ends every child at once (what they were writing stays in
     ``directory``, which the caller discards), and is raised: the error as it is, a death as
     one line (:class:`~bert_data.runners.children.WorkerDiedError`)."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     from ..runners.children import (
-        WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, submit_held,
+        WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, stops_held, submit_held,
     )
 
-    pool = ProcessPoolExecutor(max_workers=min(processes, len(names)), mp_context=spawn_context(),
-                               initializer=child_started, initargs=(os.getpid(),))
+    context = spawn_context()
+    with stops_held():  # (a stop while the pool makes its queues' semaphores would leave one registered)
+        pool = ProcessPoolExecutor(max_workers=min(processes, len(names)), mp_context=context,
+                                   initializer=child_started, initargs=(os.getpid(),))
     pending = []  # (shard, future)
     children: Dict[int, object] = {}  # every child started, kept to tell how one died
     done: Dict[int, Tuple[Files, object]] = {}
@@ -222,12 +224,11 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
             pending.append((shard, submit_held(pool, _rewrite_in_child, shard, sources[shard], container,
                                                directory, names[shard], spec)))
             children.update(getattr(pool, "_processes", None) or {})
-        shard_of = {future: shard for shard, future in pending}
-        for future in as_completed(shard_of):
-            files, entries = future.result()
+        for shard, future in pending:  # in shard order (Future.result waits on a C lock, which a second
+            files, entries = future.result()  # Ctrl-C cannot break mid-release, as it can as_completed's Event)
             for name, _ in files:
                 place(name)
-            done[shard_of[future]] = (files, entries)
+            done[shard] = (files, entries)
     except BrokenProcessPool:
         how = how_processes_died(list(children.values()))
         hint = " and fewer --num_workers (as many shards are rewritten at once)" if "SIGKILL" in how or "memory" in how else ""

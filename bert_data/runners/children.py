@@ -11,10 +11,11 @@ when the run stops (:func:`stop_pool`), and, when it dies, is named by how
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 from ..errors import BertDataError
 
@@ -74,10 +75,10 @@ WORKER_OUT_OF_MEMORY = 75  # a worker's exit code when it could not start for me
 
 def how_processes_died(processes: List) -> str:
     """`` (killed by SIGKILL: out of memory?)`` or the like, from the child that died first."""
-    codes = []
-    for process in processes:
-        if process.exitcode is None:
-            process.join(timeout=0.5)  # the pool's manager may be stopping it: let the code settle
+    codes, deadline = [], time.monotonic() + 0.5
+    for process in processes:  # the pool's manager may be reaping it too: the thread that lost that race
+        while process.exitcode is None and time.monotonic() < deadline:  # sees no code until the winner sets it
+            process.join(timeout=0.05)
         codes.append(process.exitcode)
     killed = [c for c in codes if c is not None and c < 0 and c != -signal.SIGTERM]  # SIGTERM: the pool's own teardown
     for code in sorted(killed, key=lambda c: c != -signal.SIGKILL):  # a SIGKILL (the OOM killer's) first
@@ -178,13 +179,53 @@ def child_started(parent_pid: int) -> None:
 
 
 def submit_held(pool, function, *args):
-    """``pool.submit(function, *args)`` with Ctrl-C (and SIGTERM) held back: the first submits
-    start child processes, and a start cut short leaves a half-started child that prints a
-    traceback on its way out."""
-    if not hasattr(signal, "pthread_sigmask"):
+    """``pool.submit(function, *args)`` with the stop signals held back (:func:`stops_held`): the
+    first submits start child processes, and a start cut short leaves a half-started child that
+    prints a traceback on its way out."""
+    with stops_held():
         return pool.submit(function, *args)
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM, SIGHUP and SIGXCPU held back until the block is done (starting a child,
+    making a process pool: a stop in the middle leaves a half-started child printing a traceback,
+    or a semaphore registered whose finalizer was never made, which the resource tracker then
+    reports as leaked). Blocking the signals in this thread is not enough: another thread of the
+    coordinator (the journal's) may take one, and Python then runs the handler here all the same.
+    So the handlers themselves are deferred: a stop signal meanwhile is only noted, then raised
+    again once the block is done (in this thread's handler, as the user asked)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # (handlers are the main thread's to set)
+        with _masked():
+            yield
+        return
+    noted: List[int] = []
+    previous = {}
+    for number in STOP_SIGNALS:
+        handler = signal.getsignal(number)
+        if callable(handler):  # (one ignored, or left at the default, is as it was)
+            previous[number] = signal.signal(number, lambda signum, frame: noted.append(signum))
+    try:
+        with _masked():
+            yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if noted:
+            signal.raise_signal(noted[0])
+
+
+@contextlib.contextmanager
+def _masked() -> Iterator[None]:
+    """The stop signals blocked in this thread (a child started meanwhile inherits the mask:
+    :func:`child_started` unblocks them)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        return pool.submit(function, *args)
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

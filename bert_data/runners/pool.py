@@ -20,7 +20,8 @@ from ..faults import crash_point
 from ..group import Resources, build_resources
 from ..metadata import WorkItem
 from .children import (
-    WORKER_OUT_OF_MEMORY, WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, submit_held,
+    WORKER_OUT_OF_MEMORY, WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, stops_held,
+    submit_held,
 )
 from .worker import GroupResult, make_group
 
@@ -69,10 +70,10 @@ def run_groups(
     from concurrent.futures.process import BrokenProcessPool
 
     context = spawn_context()
-    with ProcessPoolExecutor(
-        max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
-        initargs=(config, os.getpid(), bytes_read, make),
-    ) as pool:
+    with stops_held():  # (a stop while the pool makes its queues' semaphores would leave one registered)
+        executor = ProcessPoolExecutor(max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
+                                       initargs=(config, os.getpid(), bytes_read, make))
+    with executor as pool:
         pending: deque = deque()  # (group index, future), in group order
         workers: Dict[int, object] = {}  # every worker process started, kept to tell how one died
         try:
