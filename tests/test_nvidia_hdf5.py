@@ -466,3 +466,22 @@ def test_the_writers_bytes_are_h5pys_own_for_the_same_samples(seed, n, chunk, em
     finally:
         module.CHUNK_ROWS = saved
     assert written == _h5py_object_writes(samples, chunk)
+
+
+@pytest.mark.parametrize("raised", [
+    OSError(28, "Unable to synchronously close file (file write failed: time = Fri Nov 27 17:55:21 2026\n, filename = "
+                "'x.hdf5', file descriptor = 5, errno = 28, error message = 'No space left on device')"),
+    RuntimeError("Can't write data (file write failed: time = Fri Nov 27 17:55:21 2026\n, errno = 28, ...)"),
+    RuntimeError("something else went wrong"),
+])
+def test_hdf5s_write_failures_are_one_line_naming_the_file(raised) -> None:
+    """helper-24: a disk filling up while h5py wrote gave HDF5's whole error record, a ctime() with
+    its newline inside, as the run's message (two lines). It is the OSError it is, naming the file."""
+    from bert_data.format.nvidia_hdf5 import _as_os_errors
+
+    with pytest.raises(OSError) as caught:
+        with _as_os_errors("/out/examples-1.hdf5"):
+            raise raised
+    number = 28 if "errno = 28" in str(raised) else 5  # (EIO when HDF5 says no errno)
+    assert (caught.value.errno, caught.value.filename) == (number, "/out/examples-1.hdf5")
+    assert "\n" not in str(caught.value)

@@ -560,7 +560,8 @@ class ShardFileWriter:
             raise NvidiaLayoutError(f"--output_format hdf5: {unsupported(spec.layout)}")
         self.path = os.path.join(directory, shard_name)
         self.name = shard_name
-        self._writer = NvidiaHDF5Writer(self.path)
+        with _as_os_errors(self.path):
+            self._writer = NvidiaHDF5Writer(self.path)
 
     def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
         """The assembled shard ``source``: TFRecord frames of the runs the workers encoded
@@ -594,13 +595,15 @@ class ShardFileWriter:
 
 @contextlib.contextmanager
 def _as_os_errors(path: str) -> Iterator[None]:
-    """HDF5's write failures (h5py raises RuntimeError, e.g. for a full disk) as the OSError they
-    are, with the errno HDF5 reports, so the output says them in one line like any other."""
+    """HDF5's write failures as the OSError they are, with the errno HDF5 reports and the file, so
+    the output says them in one line like any other: h5py raises RuntimeError, or an OSError whose
+    text holds HDF5's whole error record (a full disk at close: "file write failed: time = <a
+    ctime(), with its newline>, filename = ..., errno = 28, ...")."""
     try:
         yield
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:
         found = re.search(r"errno = (\d+)", str(exc))
-        number = int(found.group(1)) if found else errno.EIO
+        number = int(found.group(1)) if found else (exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO)
         raise OSError(number, os.strerror(number), path) from None
 
 
