@@ -278,6 +278,28 @@ def test_the_workers_runs_hold_each_shards_samples(tmp_path: Path) -> None:
     assert not (tmp_path / "x.hdf5").exists()
 
 
+@pytest.mark.parametrize("rows", [1, 100, 1025, 3000])
+def test_the_room_asked_for_an_hdf5_file_is_at_least_its_size(tmp_path: Path, rows: int) -> None:
+    """The room checked before a shard is written (``file_size_bound``) holds the file h5py makes,
+    small or large; a damaged frame header stops the count (the writer then says it is damaged)."""
+    import bert_data.format.nvidia_hdf5 as module
+    from bert_data.format.containers import CONTAINERS
+
+    container = CONTAINERS["hdf5"]()
+    packed = packed_rows(rows, rows, 3)
+    partial = _assembled(container, packed, list(range(0, rows, 450)) + [rows], tmp_path / "shard.partial")
+    writer = container.open_shard(str(tmp_path), "x.hdf5", _spec())
+    writer.write_partial(str(partial))
+    writer.close()
+    bound = container.rewritten_size_bound(str(partial))
+    size = (tmp_path / "x.hdf5").stat().st_size
+    assert size <= bound < 3 * size
+    data = bytearray(partial.read_bytes())
+    data[3] ^= 0x40  # the first frame's length, its CRC no longer holding
+    partial.write_bytes(bytes(data))
+    assert container.rewritten_size_bound(str(partial)) == len(data) + module.FILE_OVERHEAD_BOUND
+
+
 def test_shards_are_written_a_chunk_at_a_time_the_same_bytes_for_any_batches(tmp_path: Path, monkeypatch) -> None:
     """The container's shard writer (``--output_format hdf5``): fixed chunks of samples whatever
     the batches it is given, so the same rows give the same bytes; read back, the rows are
@@ -333,8 +355,9 @@ def test_create_tfrecords_writes_nvidias_layout(outputs, tmp_path: Path, capsys)
     metadata, vocab = root / "corpus" / "metadata.txt", root / "vocab.txt"
 
     def run(out: Path, **flags) -> int:
-        return create_tfrecords(base_args(metadata, vocab, out, max_seq_length=SEQ, max_predictions_per_seq=PRED,
-                                          dupe_factor=3, short_seq_prob=0.3, split_num=4, quiet=True, **flags))
+        return create_tfrecords(base_args(metadata, vocab, out, **{"max_seq_length": SEQ, "max_predictions_per_seq": PRED,
+                                                                   "dupe_factor": 3, "short_seq_prob": 0.3, "split_num": 4,
+                                                                   "quiet": True, **flags}))
 
     assert run(tmp_path / "h5", packing=True, output_format="hdf5", num_workers=2) == 0
     manifest = json.loads((tmp_path / "h5" / "data_params.json").read_text())
@@ -392,13 +415,15 @@ def test_a_row_is_written_only_when_it_reads_back_exactly(seed, depth, feature, 
 @given(seed=st.integers(0, 2**32 - 1), depth=st.integers(1, 3), feature=st.sampled_from(sorted(
     ["input_ids", "input_mask", "segment_ids", "positions", "masked_lm_positions", "masked_lm_ids",
      "masked_lm_weights", "next_sentence_positions", "next_sentence_labels", "next_sentence_weights"])),
-    value=st.sampled_from([0, 1, 2, 3, 4, 7, -1, 0.5, 32767, 32768, -32768, -32769, 40000, -40000]),
-    where=st.integers(0, 10**6), changed=st.booleans(), narrow=st.booleans(), shards=st.integers(1, 4))
+    value=st.sampled_from([0, 1, 2, 3, 4, 7, -1, 0.5, float("nan"), 32767, 32768, -32768, -32769, 40000, -40000]),
+    where=st.integers(0, 10**6), changed=st.booleans(), narrow=st.booleans(), wide_weights=st.booleans(),
+    extra_slots=st.integers(0, 2), shards=st.integers(1, 4))
 def test_the_c_accelerator_makes_the_runs_numpy_makes(seed, depth, feature, value, where, changed, narrow,
-                                                      shards) -> None:
+                                                      wide_weights, extra_slots, shards) -> None:
     """``encode_runs`` by the C accelerator (``_wire.nvidia_run``) and by numpy, for valid packed
-    rows and rows with one value changed, int64 or int32 features, over several shards: the same
-    frames, or C declines and numpy refuses the rows (it says why, in one line)."""
+    rows and rows with one value changed, int64 or int32 features, float32 or float64 weights,
+    more NSP slots than instances, over several shards: the same frames, or C declines and numpy
+    refuses the rows (it says why, in one line); and the runs read back as exactly those rows."""
     import bert_data.format.nvidia_hdf5 as module
     from bert_data.format import native
     from bert_data.format.columns import rows_by_shard
@@ -408,11 +433,17 @@ def test_the_c_accelerator_makes_the_runs_numpy_makes(seed, depth, feature, valu
             pytest.fail("CI builds the C accelerator")
         pytest.skip("the C accelerator is not built")
     rows = packed_rows(seed, 7, depth)
+    for name in ("next_sentence_positions", "next_sentence_labels", "next_sentence_weights"):
+        rows[name] = np.pad(rows[name], ((0, 0), (0, extra_slots)))
     if changed:
         target = rows[feature]
+        if np.isnan(value) and target.dtype.kind != "f":
+            value = 5
         target.flat[where % target.size] = value
     if narrow:
         rows = {name: values.astype(np.int32) if values.dtype == np.int64 else values for name, values in rows.items()}
+    if wide_weights:
+        rows = {name: values.astype(np.float64) if values.dtype == np.float32 else values for name, values in rows.items()}
     shard_of_row = np.random.default_rng(seed).integers(0, shards, 7)
     native_runs = module._native_runs(native.wire(), rows, rows_by_shard(shard_of_row))
     with pytest.MonkeyPatch.context() as patch:
@@ -425,6 +456,12 @@ def test_the_c_accelerator_makes_the_runs_numpy_makes(seed, depth, feature, valu
     assert native_runs is not None, "C declined rows numpy writes"
     assert [(shard, bytes(run), records) for shard, run, records in native_runs] == \
         [(shard, bytes(run), records) for shard, run, records in expected]
+    for shard, run, _ in native_runs:  # what is written reads back as the rows given
+        flat = module.decode_run(bytes(run)[12:-4])
+        samples = {name: module._objects(flat[name]) for name in module.NVIDIA_DATASETS}
+        back = module.rows_of_samples(samples, SEQ, PRED + depth, depth + extra_slots)
+        taken = shard_of_row == shard
+        assert all(np.array_equal(back[name], rows[name][taken]) for name in rows), shard
 
 
 def _h5py_object_writes(samples, chunk: int) -> bytes:

@@ -439,3 +439,22 @@ def test_a_run_whose_workers_encoded_otherwise_is_not_resumed(corpus, tmp_path, 
     assert "the interrupted run did not record runs_encoding (an older bert_data)" in lines[0]
     assert "start over with --overwrite" in lines[0]
     assert main(args + ["--overwrite"]) == 0
+
+
+def test_a_finished_output_of_an_older_bert_data_is_still_complete(corpus, tmp_path) -> None:
+    """A finished output has no runs left to publish: one whose manifest records no
+    ``runs_encoding`` (an older bert_data's) is complete to ``--resume``, not refused (helper-26)."""
+    _need("streaming")
+    import json
+
+    out = tmp_path / "out"
+    args = _args(corpus, out, "mds")
+    assert main(args) == 0
+    manifest_file = out / "data_params.json"
+    manifest = json.loads(manifest_file.read_text())
+    assert manifest["inputs"].pop("runs_encoding") == "mds-samples/1"
+    manifest_file.write_text(json.dumps(manifest))
+    before = published_files(out)
+    resumed = _cli(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert published_files(out) == before

@@ -2810,7 +2810,8 @@ static inline double nv_real(const NvArray *a, Py_ssize_t i) {
     return a->wide ? ((const double *)a->v.buf)[i] : (double)((const float *)a->v.buf)[i];
 }
 
-/* One row's checks; its tokens, predictions, depth and per-instance counts. 0 when it fails one. */
+/* One row's checks; its tokens, predictions, depth and per-instance counts. 0 when it fails one.
+ * (Ten parameters: the row's arrays and widths in, its five counts out; a struct would only rename them.) */
 static int nv_row(NvArray *a, Py_ssize_t r, Py_ssize_t L, Py_ssize_t P, Py_ssize_t K, int64_t *tokens,
                   int64_t *preds, int64_t *depth, int64_t tok[NV_SLOTS], int64_t pred[NV_SLOTS]) {
     const Py_ssize_t base = r * L, pbase = r * P, kbase = r * K;
@@ -2832,7 +2833,8 @@ static int nv_row(NvArray *a, Py_ssize_t r, Py_ssize_t L, Py_ssize_t P, Py_ssize
         const int64_t m = nv_int(&a[1], base + c);
         if (m != inst) { start = c; inst = m; }
         if (nv_int(&a[3], base + c) != c - start) return 0;
-        if (nv_int(&a[0], base + c) > 32767) return 0;
+        const int64_t id = nv_int(&a[0], base + c);
+        if (id > 32767 || id < -32768) return 0;
         const int64_t seg = nv_int(&a[2], base + c);
         if (seg != 0 && seg != 1) return 0;
     }
@@ -2881,7 +2883,7 @@ static PyObject *nvidia_run(PyObject *self, PyObject *args) {
     Py_ssize_t count, nrows = -1;
     PyObject *result = NULL;
     int64_t *sizes = NULL;
-    if (L < 1 || L > 32768 || P < 0 || K < 1) { result = Py_None; Py_INCREF(result); goto done; }
+    if (L < 1 || L > 32767 || P < 1 || K < 1) { result = Py_None; Py_INCREF(result); goto done; }
     for (int i = 0; i < 10; i++) {
         const int real = i == 6 || i == 9;
         if (!any_vector(o[i], &a[i].v, 0, real ? 'f' : 'i', 4, real ? 'd' : 'q', 8, &count, "nvidia_run")) goto done;
@@ -2921,7 +2923,7 @@ static PyObject *nvidia_run(PyObject *self, PyObject *args) {
     uint8_t *p = len;
     for (Py_ssize_t j = 0; j < count; j++) {  /* input_ids */
         const Py_ssize_t base = rows[j] * L;
-        for (int64_t c = 0; c < sizes[9 * j]; c++) { const int16_t v = (int16_t)(uint16_t)(nv_int(&a[0], base + c) & 0xFFFF); memcpy(p, &v, 2); p += 2; }
+        for (int64_t c = 0; c < sizes[9 * j]; c++) { const int16_t v = (int16_t)nv_int(&a[0], base + c); memcpy(p, &v, 2); p += 2; }
     }
     for (Py_ssize_t j = 0; j < count; j++)  /* packed_input_len */
         for (int64_t s = 0; s < sizes[9 * j + 2]; s++) { const int16_t v = (int16_t)sizes[9 * j + 3 + s]; memcpy(p, &v, 2); p += 2; }

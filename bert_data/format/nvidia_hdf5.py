@@ -70,7 +70,7 @@ from .batch_decode import iter_record_batches
 from .columns import rows_by_shard
 from .native import wire
 from .packed import row_checks
-from .tfrecord import frame_records
+from .tfrecord import frame_records, masked_crc32c
 
 __all__ = ["NVIDIA_DATASETS", "NVIDIA_SEQUENCES_PER_SAMPLE", "NvidiaLayoutError", "nvidia_samples",
            "concat_samples", "NvidiaHDF5Writer", "nvidia_hdf5_bytes", "write_nvidia_hdf5", "rows_of_samples",
@@ -109,8 +109,8 @@ def _check_rows(rows: Mapping[str, np.ndarray], counts: "Counts") -> None:
             f"a row holds {depth} instances, but NVIDIA's reader has {NVIDIA_SEQUENCES_PER_SAMPLE} slots per sample: "
             f"use --max_sequences_per_pack {NVIDIA_SEQUENCES_PER_SAMPLE} (or fewer) with --output_format hdf5"
         )
-    if mask.shape[1] > _INT16_MAX + 1:
-        raise NvidiaLayoutError(f"--max_seq_length {mask.shape[1]} is past NVIDIA's int16 positions (at most 32768)")
+    if mask.shape[1] > _INT16_MAX:  # (an instance's length is an int16 in packed_input_len)
+        raise NvidiaLayoutError(f"--max_seq_length {mask.shape[1]} is past NVIDIA's int16 lengths (at most 32767)")
     real = mask > 0
     ids = np.asarray(rows["input_ids"])
     if (ids[real] > _INT16_MAX).any():
@@ -118,6 +118,9 @@ def _check_rows(rows: Mapping[str, np.ndarray], counts: "Counts") -> None:
             f"token id {int(ids[real].max())} does not fit NVIDIA's int16 input_ids: the vocabulary (--vocab_file) must "
             "have at most 32768 entries for --output_format hdf5"
         )
+    if (ids[real] < -_INT16_MAX - 1).any():
+        raise NvidiaLayoutError(f"token id {int(ids[real].min())} does not fit NVIDIA's int16 input_ids (not a row "
+                                "bert_data wrote)")
     segments = np.asarray(rows["segment_ids"])[real]
     if ((segments != 0) & (segments != 1)).any():
         raise NvidiaLayoutError("segment_ids other than 0 and 1 in a packed row (not a row bert_data wrote)")
@@ -335,7 +338,7 @@ def _native_runs(native, features: Mapping[str, np.ndarray], shards) -> Optional
         arrays.append(values)
     n, L = arrays[0].shape
     P, K = arrays[4].shape[1], arrays[8].shape[1]
-    if L < 1 or K < 1 or [a.shape for a in arrays] != [(n, L)] * 4 + [(n, P)] * 3 + [(n, K)] * 3:
+    if L < 1 or P < 1 or K < 1 or [a.shape for a in arrays] != [(n, L)] * 4 + [(n, P)] * 3 + [(n, K)] * 3:
         return None
     runs = []
     for shard, rows in shards:
@@ -357,22 +360,27 @@ def _reordered(values: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> Fl
 
 SAMPLE_OVERHEAD_BOUND = 7 * 48  # file bytes a sample takes besides its values, at most: per dataset a vlen
 # reference (16) and a global-heap object header (16), aligned to 8 (measured: ~230 a sample in all)
+FILE_OVERHEAD_BOUND = 7 * CHUNK_ROWS * 16 + (64 << 10)  # and a file besides its samples: the last chunk's
+# references in full (a chunk is allocated whole) and h5py's superblock, B-trees and headers (~22 KB)
 
 
 def file_size_bound(path: str) -> int:
     """At most how many bytes the HDF5 file made from the assembled shard at ``path`` takes: its
-    runs' bytes and :data:`SAMPLE_OVERHEAD_BOUND` a sample, the samples counted from the runs'
-    headers (one small read a frame: the frames are not checked here, the writer checks them)."""
+    runs' bytes, :data:`SAMPLE_OVERHEAD_BOUND` a sample and :data:`FILE_OVERHEAD_BOUND`, the
+    samples counted from the runs' headers (one small read a frame; counting stops at a frame
+    whose length's CRC does not hold: the writer then says the shard is damaged)."""
     size, samples, at = os.path.getsize(path), 0, 0
     with open(path, "rb") as handle:
         while at + 24 <= size:
             handle.seek(at)
             head = handle.read(24)
+            if len(head) < 24 or masked_crc32c(head[:8]) != int.from_bytes(head[8:12], "little"):
+                break
             length = int.from_bytes(head[:8], "little")
             if head[12:16] == RUN_MAGIC:
-                samples += int.from_bytes(head[16:24], "little")
+                samples += min(int.from_bytes(head[16:24], "little"), length // 28)  # (28 bytes of lengths a sample)
             at += 16 + length
-    return size + samples * SAMPLE_OVERHEAD_BOUND
+    return size + samples * SAMPLE_OVERHEAD_BOUND + FILE_OVERHEAD_BOUND
 
 
 def _run_payload(flat: Mapping[str, Flat]) -> bytes:
@@ -389,7 +397,8 @@ def _run_payload(flat: Mapping[str, Flat]) -> bytes:
 
 def decode_run(payload) -> Dict[str, Flat]:
     """A run's samples (:func:`_run_payload`'s bytes) as each dataset's flat samples; ValueError
-    for bytes that are not one (a run's frame is CRC-checked: only a bug makes one)."""
+    for bytes that are not one: another magic, parts that do not add up to the payload, datasets
+    whose lengths disagree (a run's frame is CRC-checked: only a bug makes one)."""
     payload = memoryview(payload)
     if bytes(payload[:4]) != RUN_MAGIC or len(payload) < 12:
         raise ValueError("not a run of NVIDIA samples")
@@ -400,6 +409,11 @@ def decode_run(payload) -> Dict[str, Flat]:
     block = np.frombuffer(payload, "<u4", len(NVIDIA_DATASETS) * n, offset).astype(np.int64).reshape(len(NVIDIA_DATASETS), n)
     lengths = dict(zip(NVIDIA_DATASETS, block))
     offset += 4 * block.size
+    same = (("input_ids", "segment_ids"), ("masked_lm_positions", "masked_lm_ids"),
+            ("packed_input_len", "packed_masked_lm_len"), ("packed_input_len", "next_sentence_labels"))
+    if any((lengths[a] != lengths[b]).any() for a, b in same) or ((lengths["packed_input_len"] < 1)
+                                                                   | (lengths["packed_input_len"] > NVIDIA_SEQUENCES_PER_SAMPLE)).any():
+        raise ValueError("a run of NVIDIA samples whose datasets' lengths disagree")
     totals = dict(zip(NVIDIA_DATASETS, block.sum(axis=1).tolist()))
     for name in _BY_WIDTH:
         dtype = np.dtype(NVIDIA_DATASETS[name]).newbyteorder("<")

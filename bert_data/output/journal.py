@@ -149,6 +149,7 @@ def check_run_file(previous: Mapping, settings: Mapping, path: str) -> None:
 NAMING_ONLY = {"newest_document"}
 IMPLIED_BY = {"documents_sha256": "metadata_sha256"}
 SETTING_OF = {"runs_encoding": "output_format"}  # a fingerprint that a setting decides: that setting's change is named
+RUNS_ONLY = {"runs_encoding"}  # fingerprints of what an unfinished run's partial shards hold
 
 
 def check_same_inputs(current: Mapping[str, str], previous: object, where: str,
@@ -199,7 +200,13 @@ def check_same_run(settings: Mapping, previous: Mapping, where: str, finished: b
     first, so a changed vocabulary is named as such, for a local and a URL output alike."""
     merged, merged_before = {**LEFT_OUT_AT_DEFAULT, **settings}, {**LEFT_OUT_AT_DEFAULT, **previous}
     changed = [k for k in set(SETTING_OF.values()) if merged.get(k) != merged_before.get(k)]
-    check_same_inputs(settings.get("inputs", {}), previous.get("inputs"), where, changed)
+    inputs = settings.get("inputs", {})
+    if finished:  # (a finished output has no runs left to publish: what they held does not matter)
+        inputs = {k: v for k, v in inputs.items() if k not in RUNS_ONLY}
+        before = previous.get("inputs")
+        previous = {**previous, "inputs": {k: v for k, v in before.items() if k not in RUNS_ONLY}} \
+            if isinstance(before, dict) else previous
+    check_same_inputs(inputs, previous.get("inputs"), where, changed)
     settings, previous = merged, merged_before
     if finished:
         previous = {k: previous.get(k) for k in settings}

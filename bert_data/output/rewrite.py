@@ -16,7 +16,7 @@ run's index objects. At ``publish`` each assembled shard becomes the container's
 :func:`rewrite_shards` does every shard, several at once, and then the container's sidecar file,
 if it has one. MDS's and HDF5's writers hold the GIL (streaming's ``MDSWriter`` joins and hashes
 each piece, h5py writes vlen rows), so threads take turns: a publish of at least
-:data:`PROCESS_MIN_BYTES` with 3 or more workers rewrites their shards in child processes, as
+:data:`PROCESS_MIN_BYTES` with 3 or more workers and shards rewrites them in child processes, as
 many as the run had workers (:mod:`bert_data.runners.children`: spawned, dying with the
 coordinator, stopped with it; one that dies is one line, exit 3, and ``--resume`` rewrites
 again). A smaller publish, and a URL run's Parquet copies, run on threads.
@@ -26,6 +26,7 @@ for any worker count, runner or resume (``tests/test_output_formats.py``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -143,7 +144,12 @@ def rewrite_shards(
     shard order, and the container's sidecar bytes (None when it has none). ``threads`` and
     ``processes``: how many shards at once on threads, or in processes (see the module docstring)."""
     os.makedirs(directory, exist_ok=True)
-    if in_processes(container, sources, processes):
+    parallel = in_processes(container, sources, processes)
+    at_once = max(1, min(processes if parallel else threads, len(sources)))
+    if sources:  # room for the shards written at once, together (each also checks for itself as it begins)
+        bounds = sorted((container.rewritten_size_bound(source) for source in sources), reverse=True)
+        _require_room(sum(bounds[:at_once]), os.path.join(directory, names[0]))
+    if parallel:
         done = _rewrite_in_processes(sources, names, container, directory, spec, place, processes)
     else:
         done = _rewrite_on_threads(sources, names, container, directory, spec, place, threads)
@@ -201,11 +207,13 @@ def _rewrite_in_child(shard: int, source: str, container, directory: str, shard_
 def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
                           place: Callable[[str], None], processes: int) -> Done:
     """:func:`rewrite_shard` of every shard in spawned child processes, ``processes`` at once; each
-    shard's files are placed by the coordinator, in shard order, once the shard is done. A shard's error, a stop
+    shard's files are placed by the coordinator as the shard is done. A shard's error, a stop
     signal or a child's death ends every child at once (what they were writing stays in
-    ``directory``, which the caller discards), and is raised: the error as it is, a death as
-    one line (:class:`~bert_data.runners.children.WorkerDiedError`)."""
+    ``directory``: a local run's next --resume clears it, a URL run's scratch goes), and is
+    raised: the error as it is, a death as one line
+    (:class:`~bert_data.runners.children.WorkerDiedError`)."""
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
     from concurrent.futures.process import BrokenProcessPool
 
     from ..runners.children import (
@@ -224,11 +232,17 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
             pending.append((shard, submit_held(pool, _rewrite_in_child, shard, sources[shard], container,
                                                directory, names[shard], spec)))
             children.update(getattr(pool, "_processes", None) or {})
-        for shard, future in pending:  # in shard order (Future.result waits on a C lock, which a second
-            files, entries = future.result()  # Ctrl-C cannot break mid-release, as it can as_completed's Event)
-            for name, _ in files:
-                place(name)
-            done[shard] = (files, entries)
+        remaining = dict(pending)  # shard -> future
+        while remaining:  # each shard placed once done, a shard's error raised as soon as it is in
+            finished = [shard for shard, future in remaining.items() if future.done()]
+            for shard in finished:
+                files, entries = remaining.pop(shard).result()
+                for name, _ in files:
+                    place(name)
+                done[shard] = (files, entries)
+            if remaining and not finished:  # (a Future's wait is on a C lock, which a second Ctrl-C cannot
+                with contextlib.suppress(FutureTimeout):  # break mid-release as it can as_completed's Event)
+                    next(iter(remaining.values())).exception(timeout=0.05)
     except BrokenProcessPool:
         how = how_processes_died(list(children.values()))
         hint = " and fewer --num_workers (as many shards are rewritten at once)" if "SIGKILL" in how or "memory" in how else ""

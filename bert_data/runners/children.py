@@ -211,10 +211,25 @@ def stops_held() -> Iterator[None]:
         with _masked():
             yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        _restore(previous)
         if noted:
             signal.raise_signal(noted[0])
+
+
+def _restore(handlers: dict) -> None:
+    """Every handler put back, even when a stop comes meanwhile: ``signal.signal`` runs a pending
+    handler first (one already restored raises there), so each one is retried until it is back,
+    and that stop is raised once all are."""
+    stop = None
+    for number, handler in handlers.items():
+        while True:
+            try:
+                signal.signal(number, handler)
+                break
+            except BaseException as exc:  # (KeyboardInterrupt, Terminated: a stop's own handler ran)
+                stop = stop or exc
+    if stop is not None:
+        raise stop
 
 
 @contextlib.contextmanager
