@@ -294,10 +294,25 @@ def test_the_room_asked_for_an_hdf5_file_is_at_least_its_size(tmp_path: Path, ro
     bound = container.rewritten_size_bound(str(partial))
     size = (tmp_path / "x.hdf5").stat().st_size
     assert size <= bound < 3 * size
-    data = bytearray(partial.read_bytes())
-    data[3] ^= 0x40  # the first frame's length, its CRC no longer holding
-    partial.write_bytes(bytes(data))
-    assert container.rewritten_size_bound(str(partial)) == len(data) + module.FILE_OVERHEAD_BOUND
+    for at in (3, 23):  # the first frame's length (its CRC no longer holds); its run's count (not its bytes')
+        data = bytearray(partial.read_bytes())
+        data[at] ^= 0x40
+        damaged = tmp_path / f"damaged{at}.partial"
+        damaged.write_bytes(bytes(data))
+        assert container.rewritten_size_bound(str(damaged)) == len(data) + module.FILE_OVERHEAD_BOUND
+
+
+def test_hdf5_out_of_memory_is_said_as_memory() -> None:
+    """helper-25: under ulimit -v HDF5's "memory allocation failed" became "Input/output error";
+    it is a MemoryError (the run's one line, exit 3), and an error without an errno keeps HDF5's words."""
+    from bert_data.format.nvidia_hdf5 import _as_os_errors
+
+    with pytest.raises(MemoryError):
+        with _as_os_errors("/out/x.hdf5"):
+            raise RuntimeError("Can't synchronously write data (memory allocation failed for chunk)")
+    with pytest.raises(OSError, match=r"HDF5: Can't open object \(component not found\)"):
+        with _as_os_errors("/out/x.hdf5"):
+            raise RuntimeError("Can't open object\n(component not found)")
 
 
 def test_shards_are_written_a_chunk_at_a_time_the_same_bytes_for_any_batches(tmp_path: Path, monkeypatch) -> None:

@@ -203,3 +203,55 @@ def test_how_a_child_died_is_read_once_the_other_reaper_set_it() -> None:
     started = time.monotonic()
     assert how_processes_died([Reaped(-signal.SIGKILL, 10**9)]) == " (killed, or crashed; out of memory?)"
     assert time.monotonic() - started < 2
+
+
+def test_on_threads_a_later_shards_error_is_the_runs_not_the_stop_it_caused(tmp_path, monkeypatch) -> None:
+    """helper-25: threads give results in shard order, so an earlier shard stopped by a later one's
+    error came first, and the run ended in RewriteStopped's traceback (exit 1). The error raised is
+    the shard's own (one line)."""
+    import threading
+
+    from bert_data.format.containers import container_for
+
+    stopped = threading.Event()
+
+    def fake(source, container, directory, name, spec, stop=None):
+        if name == "a.mds":  # a long shard: still writing when the other fails
+            stop.wait(10)
+            stopped.set()
+            raise rewrite.RewriteStopped(name)
+        raise OSError(28, "No space left on device", name)
+
+    monkeypatch.setattr(rewrite, "rewrite_shard", fake)
+    monkeypatch.setattr(container_for("mds").__class__, "rewritten_size_bound", staticmethod(lambda path: 0))
+    sources = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with pytest.raises(OSError, match="No space left"):
+        rewrite.rewrite_shards(sources, ["a.mds", "b.mds"], container_for("mds"), str(tmp_path / "out"), None,
+                               lambda name: None, threads=2)
+    assert stopped.is_set()
+
+
+def test_a_partial_shard_damaged_since_its_journal_says_start_over(tmp_path) -> None:
+    """A frame of a journaled partial shard damaged before the publish (a disk, a hand) cannot be
+    mended by --resume: the line says --overwrite (helper-25), not 'once that is fixed, continue'."""
+    _need("streaming")
+    import numpy as np
+
+    from bert_data.errors import OutputError
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+    from bert_data.format.mds import frame_samples
+
+    rows = {"input_ids": np.array([[101, 7, 102, 0]] * 3, np.int32), "input_mask": np.array([[1, 1, 1, 0]] * 3, np.int32),
+            "segment_ids": np.array([[0, 0, 1, 0]] * 3, np.int32), "masked_lm_positions": np.array([[1, 0]] * 3, np.int64),
+            "masked_lm_ids": np.array([[7, 0]] * 3, np.int64), "masked_lm_weights": np.array([[1, 0]] * 3, np.float32),
+            "next_sentence_labels": np.array([[0]] * 3, np.int32)}
+    (_, run, _), = frame_samples(rows, np.zeros(3, np.int64), "nsp")
+    data = bytearray(bytes(run))
+    data[len(data) // 2] ^= 0xFF  # inside the second sample: its CRC no longer holds
+    source = tmp_path / "shard.partial"
+    source.write_bytes(bytes(data))
+    (tmp_path / "w").mkdir()
+    with pytest.raises(OutputError, match=r"the partial shard is damaged; start over with --overwrite$"):
+        rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
+    assert not list((tmp_path / "w").iterdir())

@@ -376,11 +376,23 @@ def file_size_bound(path: str) -> int:
             head = handle.read(24)
             if len(head) < 24 or masked_crc32c(head[:8]) != int.from_bytes(head[8:12], "little"):
                 break
-            length = int.from_bytes(head[:8], "little")
-            if head[12:16] == RUN_MAGIC:
-                samples += min(int.from_bytes(head[16:24], "little"), length // 28)  # (28 bytes of lengths a sample)
+            length, count = int.from_bytes(head[:8], "little"), int.from_bytes(head[16:24], "little")
+            if head[12:16] != RUN_MAGIC or 12 + 28 * count > length or not _lengths_add_up(handle, count, length):
+                break  # (not a run, or one whose counts do not add up to its bytes: damaged, as the writer will say)
+            samples += count
             at += 16 + length
     return size + samples * SAMPLE_OVERHEAD_BOUND + FILE_OVERHEAD_BOUND
+
+
+def _lengths_add_up(handle, count: int, length: int) -> bool:
+    """Whether a run's sample lengths (the ``28 * count`` bytes after its header, where ``handle``
+    is) add up to its payload's ``length``: a damaged count or length is never taken for samples."""
+    block = np.frombuffer(handle.read(28 * count), "<u4")
+    if len(block) != 7 * count:
+        return False
+    totals = block.reshape(len(NVIDIA_DATASETS), count).sum(axis=1, dtype=np.int64)
+    widths = np.array([np.dtype(NVIDIA_DATASETS[name]).itemsize for name in NVIDIA_DATASETS])
+    return 12 + 28 * count + int(totals @ widths) == length
 
 
 def _run_payload(flat: Mapping[str, Flat]) -> bytes:
@@ -616,9 +628,15 @@ def _as_os_errors(path: str) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, OSError) as exc:
-        found = re.search(r"errno = (\d+)", str(exc))
-        number = int(found.group(1)) if found else (exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO)
-        raise OSError(number, os.strerror(number), path) from None
+        text = str(exc)
+        if "memory allocation failed" in text:  # (ulimit -v: said as memory, exit 3, as elsewhere)
+            raise MemoryError(f"HDF5 could not allocate memory writing {path}") from None
+        found = re.search(r"errno = (\d+)", text)
+        number = int(found.group(1)) if found else (exc.errno if isinstance(exc, OSError) and exc.errno else 0)
+        if number:
+            raise OSError(number, os.strerror(number), path) from None
+        said = " ".join(text.split())[:160]  # (HDF5's own words, on one line, when it gives no errno)
+        raise OSError(errno.EIO, f"HDF5: {said}", path) from None
 
 
 HDF5_LAYOUTS = ("nsp_packed", "sop_packed")  # NVIDIA's samples are packed rows with NSP (or SOP) labels

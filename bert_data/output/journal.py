@@ -44,7 +44,8 @@ INPUT_CHANGES = {
     "segmenter": "the sentence segmenter (spaCy or its model) changed",
     "tokenizers": "the tokenizers library changed",
     "bert_data_version": "bert_data's version changed",
-    "runs_encoding": "what the workers write for --output_format changed (another bert_data)",
+    "runs_encoding": "what the workers write for --output_format changed (another bert_data made the interrupted run: "
+                     "resume it with that one)",
 }
 
 

@@ -210,7 +210,8 @@ def rewrite_remote_shards(output_dir: str, work_dir: str, names: List[str], inde
                 raise
             os.unlink(os.path.join(rewritten, name))
 
-        per_file, sidecar = rewrite_shards(sources, names, container, rewritten, spec, place, threads, processes)
+        per_file, sidecar = rewrite_shards(sources, names, container, rewritten, spec, place, threads, processes,
+                                           files_stay=False)  # (each is uploaded and removed when done)
         if sidecar is not None:
             storage.write_bytes(storage.join(output_dir, container.sidecar), sidecar)
         return per_file

@@ -26,7 +26,6 @@ for any worker count, runner or resume (``tests/test_output_formats.py``).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
@@ -34,6 +33,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..errors import OutputError, RecordFormatError
 from ..faults import crash_point, pause_point
 from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
@@ -85,6 +85,8 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
             writer.write_partial(tfrecord_path, (lambda: False) if stop is None else stop.is_set)
         except InterruptedError:
             raise RewriteStopped(shard_name) from None
+        except RecordFormatError as exc:  # (a journaled partial shard damaged since: --resume cannot mend it)
+            raise OutputError(f"{exc}: the partial shard is damaged; start over with --overwrite") from None
         files = writer.close()
     except BaseException:
         writer.abort()
@@ -134,21 +136,24 @@ def _require_room(needed: int, target: str) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), target)
 
 
-def rewrite_shards(
+def rewrite_shards(  # (9 parameters: the shards, where and how they go; the last three say how many at once)
     sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
-    place: Callable[[str], None], threads: int = REWRITE_THREADS, processes: int = 1,
+    place: Callable[[str], None], threads: int = REWRITE_THREADS, processes: int = 1, files_stay: bool = True,
 ) -> Tuple[Dict[str, int], Optional[bytes]]:
     """Every shard (``sources[i]``, a local TFRecord file, becomes ``names[i]``) rewritten into
     ``directory``; each file written is handed to ``place(file name)`` (which moves it to its
     final place) as soon as its shard is done. Returns the records of every file written, in
     shard order, and the container's sidecar bytes (None when it has none). ``threads`` and
-    ``processes``: how many shards at once on threads, or in processes (see the module docstring)."""
+    ``processes``: how many shards at once on threads, or in processes (see the module docstring).
+    ``files_stay``: every file written stays on ``directory``'s file system until the run ends (a
+    local run's, placed beside its partial shards), so room for all of them is checked first;
+    else (a URL run's, uploaded and removed) room for those written at once."""
     os.makedirs(directory, exist_ok=True)
     parallel = in_processes(container, sources, processes)
     at_once = max(1, min(processes if parallel else threads, len(sources)))
-    if sources:  # room for the shards written at once, together (each also checks for itself as it begins)
-        bounds = sorted((container.rewritten_size_bound(source) for source in sources), reverse=True)
-        _require_room(sum(bounds[:at_once]), os.path.join(directory, names[0]))
+    if sources:  # room first, for the files together (each shard also checks for itself as it begins): h5py
+        bounds = sorted((container.rewritten_size_bound(source) for source in sources), reverse=True)  # out of room
+        _require_room(sum(bounds if files_stay else bounds[:at_once]), os.path.join(directory, names[0]))  # can crash
     if parallel:
         done = _rewrite_in_processes(sources, names, container, directory, spec, place, processes)
     else:
@@ -172,6 +177,7 @@ Done = List[Tuple[Files, object]]  # each shard's files and sidecar entries, in 
 def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
                         place: Callable[[str], None], threads: int) -> Done:
     stop = threading.Event()  # set when the run stops: the other shards' writers give up within a batch
+    failures: List[BaseException] = []  # a shard's own error, before it stopped the others
 
     def one(shard: int) -> Tuple[Files, object]:
         if stop.is_set():
@@ -180,7 +186,10 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
             files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop)
             for name, _ in files:
                 place(name)
-        except BaseException:
+        except RewriteStopped:
+            raise
+        except BaseException as exc:
+            failures.append(exc)  # (before the others stop: an earlier shard's RewriteStopped names this one)
             stop.set()  # one shard failed: the others stop too (the run fails with this shard's error)
             raise
         return files, entries
@@ -188,9 +197,13 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
     pool = ThreadPoolExecutor(max_workers=max(1, min(threads, len(names))))
     try:
         done = list(pool.map(one, range(len(names))))
-    except BaseException:  # SIGTERM / Ctrl-C in the coordinator, or a shard's error: stop the rest now
+    except BaseException as exc:  # SIGTERM / Ctrl-C in the coordinator, or a shard's error: stop the rest now
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        if isinstance(exc, RewriteStopped) and failures:  # (map gives results in shard order: an earlier shard
+            raise failures[0] from None  # stopped by a later one's error comes first; that error is the run's)
+        if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):  # (ulimit -v, a thread limit)
+            raise MemoryError("no memory for the threads that rewrite the shards") from None
         raise
     pool.shutdown(wait=True)
     return done
@@ -213,11 +226,11 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
     raised: the error as it is, a death as one line
     (:class:`~bert_data.runners.children.WorkerDiedError`)."""
     from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures import TimeoutError as FutureTimeout
     from concurrent.futures.process import BrokenProcessPool
 
     from ..runners.children import (
-        WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, stops_held, submit_held,
+        WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool_held, stops_held, submit_held,
+        wait_held,
     )
 
     context = spawn_context()
@@ -227,6 +240,7 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
     pending = []  # (shard, future)
     children: Dict[int, object] = {}  # every child started, kept to tell how one died
     done: Dict[int, Tuple[Files, object]] = {}
+    finished_all = False
     try:
         for shard in range(len(names)):
             pending.append((shard, submit_held(pool, _rewrite_in_child, shard, sources[shard], container,
@@ -240,19 +254,17 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
                 for name, _ in files:
                     place(name)
                 done[shard] = (files, entries)
-            if remaining and not finished:  # (a Future's wait is on a C lock, which a second Ctrl-C cannot
-                with contextlib.suppress(FutureTimeout):  # break mid-release as it can as_completed's Event)
-                    next(iter(remaining.values())).exception(timeout=0.05)
+            if remaining and not finished:
+                wait_held(next(iter(remaining.values())), 0.05)
+        finished_all = True
     except BrokenProcessPool:
         how = how_processes_died(list(children.values()))
         hint = " and fewer --num_workers (as many shards are rewritten at once)" if "SIGKILL" in how or "memory" in how else ""
-        error = WorkerDiedError(f"a process rewriting the shards at publish died{how}; nothing was lost: continue with "
-                                f"--resume (same flags){hint}")
-        stop_pool(pool, pending)
-        raise error from None
-    except BaseException:
-        stop_pool(pool, pending)
-        raise
+        raise WorkerDiedError(f"a process rewriting the shards at publish died{how}; nothing was lost: continue with "
+                              f"--resume (same flags){hint}") from None
+    finally:  # (in a finally: a second stop even between the first one's except and this cannot skip it,
+        if not finished_all:  # and children left working would keep the interpreter's exit waiting for them)
+            stop_pool_held(pool, pending)
     pool.shutdown(wait=True)
     return [done[shard] for shard in range(len(names))]
 

@@ -17,6 +17,8 @@ import signal
 import time
 from typing import Iterable, Iterator, List, Optional
 
+from concurrent.futures import CancelledError
+
 from ..errors import BertDataError
 
 
@@ -154,6 +156,34 @@ def stop_pool(pool, pending: Iterable = ()) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+def stop_pool_held(pool, pending: Iterable = ()) -> None:
+    """:func:`stop_pool` that a further stop cannot cut short (a second Ctrl-C, a SIGTERM after
+    it): cut short, it would leave children working, and the interpreter's exit would then wait
+    for them. It runs with the stop signals held (:func:`stops_held`), and again if one came as
+    they were held or released: the caller is stopping already, with its own exception."""
+    while True:
+        try:
+            with stops_held():
+                stop_pool(pool, pending)
+            return
+        except BaseException:  # (KeyboardInterrupt, Terminated: another stop while stopping)
+            continue
+
+
+def wait_held(future, timeout: float) -> None:
+    """Wait at most ``timeout`` seconds for ``future`` with the stop signals held: a stop's
+    handler run inside the future's lock (between two bytecodes of its ``Condition``) left it
+    held, and the pool's manager thread, then the interpreter's exit, waited on it for ever. A
+    stop meanwhile is raised when the wait is done, outside the lock (:func:`stops_held`)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    with stops_held():
+        try:
+            future.exception(timeout=timeout)
+        except (FutureTimeout, CancelledError):
+            pass
+
+
 def spawn_context():
     """Workers are spawned: a fresh interpreter each, nothing inherited but what is pickled.
     (A fork server that preloads spaCy once was measured: no gain in wall time on 2 cores, and a
@@ -203,10 +233,15 @@ def stops_held() -> Iterator[None]:
         return
     noted: List[int] = []
     previous = {}
-    for number in STOP_SIGNALS:
-        handler = signal.getsignal(number)
-        if callable(handler):  # (one ignored, or left at the default, is as it was)
-            previous[number] = signal.signal(number, lambda signum, frame: noted.append(signum))
+    try:
+        for number in STOP_SIGNALS:
+            handler = signal.getsignal(number)
+            if callable(handler):  # (one ignored, or left at the default, is as it was)
+                previous[number] = handler
+                signal.signal(number, lambda signum, frame: noted.append(signum))
+    except BaseException:  # a stop that was pending ran as a handler was swapped: put them all back, raise it
+        _restore(previous)
+        raise
     try:
         with _masked():
             yield

@@ -20,8 +20,8 @@ from ..faults import crash_point
 from ..group import Resources, build_resources
 from ..metadata import WorkItem
 from .children import (
-    WORKER_OUT_OF_MEMORY, WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool, stops_held,
-    submit_held,
+    WORKER_OUT_OF_MEMORY, WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool_held, stops_held,
+    submit_held, wait_held,
 )
 from .worker import GroupResult, make_group
 
@@ -86,17 +86,20 @@ def run_groups(
                 yield _next_result(pending)
         except BrokenProcessPool:
             error = _worker_died(list(workers.values()), pending)
-            stop_pool(pool, pending)
+            stop_pool_held(pool, pending)
             raise error from None
         except BaseException:
-            stop_pool(pool, pending)
+            stop_pool_held(pool, pending)
             raise
 
 
 def _next_result(pending: deque) -> GroupResult:
     """The first pending group's result, taken off ``pending`` only once it is in: a worker that
     died while making it leaves it there, so the error line names it among those in flight."""
-    result = pending[0][1].result()
+    future = pending[0][1]
+    while not future.done():
+        wait_held(future, 0.1)
+    result = future.result()
     pending.popleft()
     return result
 
