@@ -466,10 +466,6 @@ class NvidiaHDF5Writer:
             for name, dtype in NVIDIA_DATASETS.items()
         }
 
-    def write_rows(self, rows: Mapping[str, np.ndarray]) -> None:
-        """Append a batch of packed rows (:func:`nvidia_samples`)."""
-        self._append(_flat_samples(rows))
-
     def write_samples(self, samples: Samples) -> None:
         """Append samples (:func:`nvidia_samples`); every whole chunk is written."""
         missing = sorted(set(NVIDIA_DATASETS) - set(samples))
