@@ -82,6 +82,7 @@ class TFRecordContainer:
     name = "tfrecord"
     suffix = TFRECORD_SUFFIX
     concatenates = True
+    runs_encoding: Optional[str] = None  # what a rewriting format's runs hold (a resume fingerprint); records here
 
     def __init__(self, compression: str = "none") -> None:
         self.compression = compression

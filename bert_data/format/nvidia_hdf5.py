@@ -388,11 +388,15 @@ def _lengths_add_up(handle, count: int, length: int) -> bool:
     """Whether a run's sample lengths (the ``28 * count`` bytes after its header, where ``handle``
     is) add up to its payload's ``length``: a damaged count or length is never taken for samples."""
     block = np.frombuffer(handle.read(28 * count), "<u4")
-    if len(block) != 7 * count:
-        return False
-    totals = block.reshape(len(NVIDIA_DATASETS), count).sum(axis=1, dtype=np.int64)
-    widths = np.array([np.dtype(NVIDIA_DATASETS[name]).itemsize for name in NVIDIA_DATASETS])
-    return 12 + 28 * count + int(totals @ widths) == length
+    return len(block) == 7 * count and _run_size(block.reshape(len(NVIDIA_DATASETS), count)) == length
+
+
+_WIDTHS = np.array([np.dtype(dtype).itemsize for dtype in NVIDIA_DATASETS.values()])
+
+
+def _run_size(lengths: np.ndarray) -> int:
+    """The payload bytes of a run whose samples have ``lengths`` (one row per dataset)."""
+    return 12 + 4 * lengths.size + int(lengths.sum(axis=1, dtype=np.int64) @ _WIDTHS)
 
 
 def _run_payload(flat: Mapping[str, Flat]) -> bytes:
@@ -415,27 +419,23 @@ def decode_run(payload) -> Dict[str, Flat]:
     if bytes(payload[:4]) != RUN_MAGIC or len(payload) < 12:
         raise ValueError("not a run of NVIDIA samples")
     n = int(np.frombuffer(payload, "<u8", 1, 4)[0])
-    offset, values = 12, {}
-    if offset + 4 * len(NVIDIA_DATASETS) * n > len(payload):
+    if 12 + 4 * len(NVIDIA_DATASETS) * n > len(payload):
         raise ValueError("a run of NVIDIA samples cut short")
-    block = np.frombuffer(payload, "<u4", len(NVIDIA_DATASETS) * n, offset).astype(np.int64).reshape(len(NVIDIA_DATASETS), n)
+    block = np.frombuffer(payload, "<u4", len(NVIDIA_DATASETS) * n, 12).astype(np.int64).reshape(len(NVIDIA_DATASETS), n)
+    if _run_size(block) != len(payload):
+        raise ValueError("a run of NVIDIA samples whose parts do not add up to its bytes")
     lengths = dict(zip(NVIDIA_DATASETS, block))
-    offset += 4 * block.size
     same = (("input_ids", "segment_ids"), ("masked_lm_positions", "masked_lm_ids"),
             ("packed_input_len", "packed_masked_lm_len"), ("packed_input_len", "next_sentence_labels"))
-    if any((lengths[a] != lengths[b]).any() for a, b in same) or ((lengths["packed_input_len"] < 1)
-                                                                   | (lengths["packed_input_len"] > NVIDIA_SEQUENCES_PER_SAMPLE)).any():
+    depth = lengths["packed_input_len"]
+    if any((lengths[a] != lengths[b]).any() for a, b in same) or ((depth < 1) | (depth > NVIDIA_SEQUENCES_PER_SAMPLE)).any():
         raise ValueError("a run of NVIDIA samples whose datasets' lengths disagree")
-    totals = dict(zip(NVIDIA_DATASETS, block.sum(axis=1).tolist()))
+    offset, values = 12 + 4 * block.size, {}
     for name in _BY_WIDTH:
         dtype = np.dtype(NVIDIA_DATASETS[name]).newbyteorder("<")
-        count = totals[name]
-        if offset + count * dtype.itemsize > len(payload):
-            raise ValueError("a run of NVIDIA samples cut short")
+        count = int(lengths[name].sum())
         values[name] = np.require(np.frombuffer(payload, dtype, count, offset), requirements="A")
         offset += count * dtype.itemsize
-    if offset != len(payload):
-        raise ValueError("a run of NVIDIA samples with bytes after its samples")
     return {name: (values[name], lengths[name]) for name in NVIDIA_DATASETS}
 
 

@@ -225,18 +225,13 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
     ``directory``: a local run's next --resume clears it, a URL run's scratch goes), and is
     raised: the error as it is, a death as one line
     (:class:`~bert_data.runners.children.WorkerDiedError`)."""
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     from ..runners.children import (
-        WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool_held, stops_held, submit_held,
-        wait_held,
+        WorkerDiedError, child_started, how_processes_died, process_pool, stop_pool_held, submit_held, wait_held,
     )
 
-    context = spawn_context()
-    with stops_held():  # (a stop while the pool makes its queues' semaphores would leave one registered)
-        pool = ProcessPoolExecutor(max_workers=min(processes, len(names)), mp_context=context,
-                                   initializer=child_started, initargs=(os.getpid(),))
+    pool = process_pool(min(processes, len(names)), child_started, (os.getpid(),))
     pending = []  # (shard, future)
     children: Dict[int, object] = {}  # every child started, kept to tell how one died
     done: Dict[int, Tuple[Files, object]] = {}

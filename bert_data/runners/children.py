@@ -121,9 +121,9 @@ def _cpu_soft_limit() -> Optional[int]:
 def stop_pool(pool, pending: Iterable = ()) -> None:
     """Stop promptly (Ctrl-C, a failed group or shard): cancel the queued work (``pending``: pairs
     whose second item is a future) and end the children; what they were writing is discarded and
-    remade by --resume. The executor's manager thread may still be
-    handing back results of futures just cancelled: its errors then (InvalidStateError and
-    friends) are noise of the shutdown, not failures, and must not print a traceback."""
+    remade by --resume. The executor's manager thread may still be handing back results of
+    futures just cancelled: its errors then (InvalidStateError and friends) are noise of the
+    shutdown, not failures, and must not print a traceback."""
     import threading
 
     previous = threading.excepthook
@@ -182,6 +182,19 @@ def wait_held(future, timeout: float) -> None:
             future.exception(timeout=timeout)
         except (FutureTimeout, CancelledError):
             pass
+
+
+def process_pool(workers: int, initializer, initargs: tuple):
+    """A ``ProcessPoolExecutor`` of ``workers`` spawned children (:func:`spawn_context`), made with
+    the stop signals held (a stop while it makes its queues' semaphores would leave one registered,
+    which the resource tracker then reports as leaked). Its children start on the first submits
+    (:func:`submit_held`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = spawn_context()
+    with stops_held():
+        return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer,
+                                   initargs=initargs)
 
 
 def spawn_context():

@@ -20,8 +20,8 @@ from ..faults import crash_point
 from ..group import Resources, build_resources
 from ..metadata import WorkItem
 from .children import (
-    WORKER_OUT_OF_MEMORY, WorkerDiedError, child_started, how_processes_died, spawn_context, stop_pool_held, stops_held,
-    submit_held, wait_held,
+    WORKER_OUT_OF_MEMORY, WorkerDiedError, child_started, how_processes_died, process_pool, stop_pool_held, submit_held,
+    wait_held,
 )
 from .worker import GroupResult, make_group
 
@@ -66,14 +66,9 @@ def run_groups(
         for group_index, items in groups:
             yield make(group_index, items, resources, work_dir, **in_place)
         return
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    context = spawn_context()
-    with stops_held():  # (a stop while the pool makes its queues' semaphores would leave one registered)
-        executor = ProcessPoolExecutor(max_workers=config.num_workers, mp_context=context, initializer=_init_worker,
-                                       initargs=(config, os.getpid(), bytes_read, make))
-    with executor as pool:
+    with process_pool(config.num_workers, _init_worker, (config, os.getpid(), bytes_read, make)) as pool:
         pending: deque = deque()  # (group index, future), in group order
         workers: Dict[int, object] = {}  # every worker process started, kept to tell how one died
         try:

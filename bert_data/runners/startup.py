@@ -258,7 +258,7 @@ def runs_encoding(config: Config) -> Dict[str, str]:
     published as samples. TFRecord shards hold records (no key: older journals stay resumable)."""
     from ..format.containers import container_of
 
-    encoding = getattr(container_of(config), "runs_encoding", None)
+    encoding = container_of(config).runs_encoding
     return {"runs_encoding": encoding} if encoding else {}
 
 
