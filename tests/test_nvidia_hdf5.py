@@ -204,6 +204,11 @@ def test_what_the_layout_cannot_hold_is_an_error(outputs) -> None:
     big["input_ids"][0, 1] = 40000
     with pytest.raises(NvidiaLayoutError, match="at most 32768 entries"):
         nvidia_samples(big)
+    below = {k: v.copy() for k, v in good.items()}
+    below["input_ids"][0, 1] = -40000  # (int16 would store 25536: it would not read back)
+    with pytest.raises(NvidiaLayoutError, match=r"^token id -40000 does not fit NVIDIA's int16 input_ids \(not a row "
+                                                r"bert_data wrote\)$"):
+        nvidia_samples(below)
     zero = {k: v.copy() for k, v in good.items()}
     zero["masked_lm_ids"][0, 0] = 0
     with pytest.raises(NvidiaLayoutError, match="ignore_index=0"):

@@ -255,3 +255,25 @@ def test_a_partial_shard_damaged_since_its_journal_says_start_over(tmp_path) -> 
     with pytest.raises(OutputError, match=r"the partial shard is damaged; start over with --overwrite$"):
         rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
     assert not list((tmp_path / "w").iterdir())
+
+
+def test_rewrite_threads_that_cannot_start_are_out_of_memory(tmp_path, monkeypatch) -> None:
+    """helper-25: under ulimit -v the publish's threads could not start, and the run ended in
+    RuntimeError's traceback; it is out of memory (the tools' one line, exit 3)."""
+    from bert_data.format.containers import container_for
+
+    class NoThreads:
+        def __init__(self, max_workers: int) -> None:
+            pass
+
+        def map(self, function, items):
+            raise RuntimeError("can't start new thread")
+
+        def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+            pass
+
+    monkeypatch.setattr(rewrite, "ThreadPoolExecutor", NoThreads)
+    monkeypatch.setattr(container_for("mds").__class__, "rewritten_size_bound", staticmethod(lambda path: 0))
+    with pytest.raises(MemoryError, match="no memory for the threads that rewrite the shards"):
+        rewrite.rewrite_shards([str(tmp_path / "a")], ["a.mds"], container_for("mds"), str(tmp_path / "out"), None,
+                               lambda name: None, threads=2)
