@@ -379,9 +379,10 @@ MDS_LAYOUTS = {"nsp": 300, "mlm_only": 40, "unmasked": 20}  # layout -> max_seq_
 @settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path_factory, data) -> None:
-    """The MDS writer is fed samples encoded in bulk (mds.encode_samples / append_samples): its
-    pieces and index must be byte for byte those of ``MDSWriter.write`` called with each row, for
-    any batches and piece size limits (several pieces per shard here)."""
+    """The MDS writer is fed samples encoded in bulk (mds.encode_samples), its pieces made by
+    mds.PieceAppender: its pieces and index must be byte for byte those of ``MDSWriter.write``
+    called with each row, for any batches and piece size limits (several pieces per shard here,
+    pieces whose header does not fit the room kept for it, samples larger than the limit)."""
     _need("streaming")
     from bert_data.format import mds
 
@@ -404,16 +405,19 @@ def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path
     limit = data.draw(st.sampled_from([None, 1 << 26, 300, 2000, 9000]))
     cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4)) if n > 1 else []))
     root = tmp_path_factory.mktemp("mds")
-    writers = [mds.streaming_base().MDSWriter(out=str(root / name), columns=mds.mds_columns(layout), compression=None,
-                                              hashes=[mds.PIECE_HASH], size_limit=limit, max_workers=1)
-               for name in ("bulk", "rows")]
+    base = mds.streaming_base()
+    writers = [mds.piece_writer(str(root / "bulk"), layout, limit, base.MDSWriter),
+               base.MDSWriter(out=str(root / "rows"), columns=mds.mds_columns(layout), compression=None,
+                              hashes=[mds.PIECE_HASH], size_limit=limit, max_workers=1)]
+    pieces = mds.PieceAppender(writers[0])
+    pieces.HEADER_ROOM = data.draw(st.sampled_from([mds.PieceAppender.HEADER_ROOM, 16, 64]))
     for a, b in zip([0] + cuts, cuts + [n]):
         batch = to_columns({k: v[a:b] for k, v in features.items()}, layout)
-        mds.append_samples(writers[0], mds.encode_samples(writers[0], batch))
+        pieces.append_samples(mds.encode_samples(writers[0], batch))
         for row in batch.iter_rows():
             writers[1].write(row)
-    for writer in writers:
-        writer.finish()
+    pieces.finish()
+    writers[1].finish()
     names = sorted(os.listdir(root / "rows"))
     assert sorted(os.listdir(root / "bulk")) == names and len(names) >= 2
     assert all((root / "bulk" / name).read_bytes() == (root / "rows" / name).read_bytes() for name in names)

@@ -65,9 +65,9 @@ def processes_taken(monkeypatch) -> List[int]:
     taken: List[int] = []
     real = rewrite._rewrite_in_processes
 
-    def spy(sources, names, container, directory, spec, place, processes):
+    def spy(sources, names, container, directory, spec, place, processes, bounds):
         taken.append(processes)
-        return real(sources, names, container, directory, spec, place, processes)
+        return real(sources, names, container, directory, spec, place, processes, bounds)
 
     monkeypatch.setattr(rewrite, "_rewrite_in_processes", spy)
     return taken
@@ -215,7 +215,7 @@ def test_on_threads_a_later_shards_error_is_the_runs_not_the_stop_it_caused(tmp_
 
     stopped = threading.Event()
 
-    def fake(source, container, directory, name, spec, stop=None):
+    def fake(source, container, directory, name, spec, stop=None, bound=None):
         if name == "a.mds":  # a long shard: still writing when the other fails
             stop.wait(10)
             stopped.set()

@@ -27,9 +27,11 @@ Speed (issue 28): ``MDSWriter.write`` of one row is ~50 us of Python, 5x the res
 workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_frames`` straight
 from the padded rows, else whole-batch numpy, :func:`encode_samples`, in the layout of streaming's
 own encodings and its writer's column list, :func:`writer_columns`) into TFRecord frames of their
-fragments; at publish the shard's writer reads the frames (every CRC checked) and hands the
-samples to the ``MDSWriter`` (:func:`append_samples`), whose ``flush_shard`` still makes, hashes
-and writes every piece. ``tests/test_output_formats.py`` checks the pieces and index byte for byte
+fragments; at publish the shard's writer reads the frames (every CRC checked) and copies the
+samples once into the piece they go to (:class:`PieceAppender`: ``MDSWriter``'s own
+``encode_joint_shard`` copies a piece twice into fresh memory), whose header it puts before them;
+the ``MDSWriter``'s ``flush_shard`` names, hashes, writes and lists every piece, its ``finish``
+writes the index. ``tests/test_output_formats.py`` checks the pieces and index byte for byte
 against ``MDSWriter.write`` row by row, ``tests/test_worker_encoding.py`` the C path against numpy.
 """
 
@@ -281,26 +283,23 @@ class ShardFileWriter:
         self.spec = spec
         self._scratch = os.path.join(directory, f".{shard_name}.mdswriter")
         shutil.rmtree(self._scratch, ignore_errors=True)
-        writer_class = mds_writer_class()
-        self._writer = writer_class(out=self._scratch, columns=mds_columns(spec.layout), compression=None,
-                                    hashes=[PIECE_HASH], size_limit=SIZE_LIMIT, max_workers=1)
+        self._writer = piece_writer(self._scratch, spec.layout)
+        self._pieces = PieceAppender(self._writer)
         self.sidecar_entries: List[Dict] = []
         self._written: List[str] = []
 
     def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
         """The assembled shard ``source``: TFRecord frames of samples the workers encoded
-        (:func:`frame_samples`), every CRC checked, handed to the ``MDSWriter`` a batch at a time
-        (:func:`append_samples`), which cuts, hashes and writes the pieces. ``stopped()`` is asked
-        between batches (~1 MB: the run is stopping, give up)."""
+        (:func:`frame_samples`), every CRC checked, appended to the ``MDSWriter``'s pieces a batch
+        at a time (:class:`PieceAppender`); the writer hashes and writes each piece. ``stopped()``
+        is asked between batches (~1 MB: the run is stopping, give up)."""
         for batch in iter_record_batches(source):
             if stopped():
                 raise InterruptedError(self.name)
-            view = memoryview(batch.data)
-            append_samples(self._writer, [view[start:start + length] for start, length
-                                          in zip(batch.starts.tolist(), batch.lengths.tolist())])
+            self._pieces.append(batch.data, batch.starts, batch.lengths)
 
     def close(self) -> List[Tuple[str, int]]:
-        self._writer.finish()
+        self._pieces.finish()
         with open(os.path.join(self._scratch, MDS_INDEX_NAME), encoding="utf-8") as handle:
             entries = json.load(handle)["shards"]
         out = []
@@ -388,27 +387,131 @@ def _gather_rows(parts: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]], n: 
     return [data[a:b] for a, b in zip([0] + row_ends[:-1], row_ends)]
 
 
-def append_samples(writer, samples: Sequence[memoryview]) -> None:
-    """``writer.write(row)`` for the already encoded ``samples``, in order: what ``Writer.write``
-    does with each one (``streaming/base/format/base/writer.py``: a sample that does not fit in the
-    piece's size limit flushes the piece, then starts the next one), done a run of samples at a
-    time. The pieces are made, hashed and written by the writer's own ``flush_shard``."""
-    sizes = np.array([len(s) for s in samples], np.int64) + writer.extra_bytes_per_sample
-    i, n = 0, len(samples)
-    while i < n:
-        fit = n - i
-        if writer.size_limit:
-            room = writer.size_limit - writer.new_shard_size
-            fit = int(np.searchsorted(np.cumsum(sizes[i:]), room, side="right"))
-        writer.new_samples.extend(samples[i:i + fit])
-        writer.new_shard_size += int(sizes[i:i + fit].sum())
-        i += fit
-        if i < n:  # sample i does not fit: the piece is written and sample i starts the next one
+@functools.lru_cache(maxsize=None)
+def _piece_writer_class(writer_class):
+    """``writer_class`` (streaming's ``MDSWriter``) whose ``encode_joint_shard`` returns the piece
+    a :class:`PieceAppender` made; everything else (naming, hashing, writing the file, the index
+    entry, the index) is the writer's own ``flush_shard`` and ``finish``."""
+
+    class PieceWriter(writer_class):
+        piece: Optional[memoryview] = None
+
+        def encode_joint_shard(self):
+            return self.piece
+
+    PieceWriter.__name__ = PieceWriter.__qualname__ = f"Piece{writer_class.__name__}"
+    return PieceWriter
+
+
+def piece_writer(out: str, layout: str, size_limit: Optional[int] = SIZE_LIMIT, writer_class=None):
+    """An ``MDSWriter`` (``writer_class``, default :func:`mds_writer_class`) of ``layout``'s columns
+    into ``out`` for a :class:`PieceAppender`."""
+    return _piece_writer_class(writer_class or mds_writer_class())(
+        out=out, columns=mds_columns(layout), compression=None, hashes=[PIECE_HASH], size_limit=size_limit, max_workers=1)
+
+
+class PieceAppender:
+    """Encoded samples appended to an MDS writer (:func:`piece_writer`) as ``writer.write(row)``
+    would append them, a batch at a time, each piece made in one copy.
+
+    ``MDSWriter.write`` of one row costs ~50 us of Python, and its ``encode_joint_shard`` copies a
+    64 MB piece twice into fresh memory (a join of the samples, then the header before them):
+    ~3.5 s/GB at publish, the whole of what MDS cost over TFRecords at one worker. Here the
+    samples are copied once, from the frames they were read in, into one buffer kept for every
+    piece, after a room kept for the piece's header; when the piece is cut (where ``write`` cuts
+    it: ``streaming/base/format/base/writer.py``, the sample that does not fit the size limit
+    starts the next piece) its header (the sample count, the uint32 offsets, the writer's
+    ``config_data``: ``encode_joint_shard`` of ``streaming/base/format/mds/writer.py``) is written
+    just before them, and the writer's own ``flush_shard`` hashes, writes and lists that view.
+    ``tests/test_output_formats.py`` holds the pieces and index to ``MDSWriter.write``'s, byte for
+    byte."""
+
+    HEADER_ROOM = 1 << 20  # bytes kept before the samples for a piece's header: 262,000 samples (a
+    # 64 MB piece of ~256-byte samples); a piece with more gets its header by one more copy
+
+    def __init__(self, writer) -> None:
+        self.writer = writer
+        self._buffer = np.empty(0, np.uint8)
+        self._view = memoryview(self._buffer)
+        self._used = 0  # bytes of samples in the buffer, from HEADER_ROOM
+        self._sizes: List[np.ndarray] = []  # each appended run's sample sizes
+
+    def append(self, data, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Samples ``data[starts[i] : starts[i] + lengths[i]]``, in order."""
+        writer, view = self.writer, memoryview(data)
+        sizes = lengths.astype(np.int64) + writer.extra_bytes_per_sample
+        i, n = 0, len(lengths)
+        while i < n:
+            fit = n - i
+            if writer.size_limit:
+                room = writer.size_limit - writer.new_shard_size
+                fit = int(np.searchsorted(np.cumsum(sizes[i:]), room, side="right"))
+            self._copy(view, starts[i:i + fit], lengths[i:i + fit], int(sizes[i:i + fit].sum()))
+            i += fit
+            if i < n:  # sample i does not fit: the piece is written and sample i starts the next one
+                self.flush()
+                self._copy(view, starts[i:i + 1], lengths[i:i + 1], int(sizes[i]))
+                i += 1
+
+    def append_samples(self, samples: Sequence[memoryview]) -> None:
+        """:meth:`append` of separate samples (``encode_samples``' rows)."""
+        lengths = np.array([len(s) for s in samples], np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(samples) else lengths
+        self.append(b"".join(samples), starts, lengths)
+
+    def _copy(self, view: memoryview, starts: np.ndarray, lengths: np.ndarray, size: int) -> None:
+        if not len(lengths):
+            return
+        total = int(lengths.sum())
+        if self.HEADER_ROOM + self._used + total > len(self._buffer):
+            self._grow(self.HEADER_ROOM + self._used + total)
+        out, at = self._view, self.HEADER_ROOM + self._used
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            out[at:at + length] = view[start:start + length]
+            at += length
+        self._used += total
+        self._sizes.append(lengths)
+        self.writer.new_shard_size += size
+
+    def _grow(self, need: int) -> None:
+        """A buffer of at least ``need`` bytes (the size limit's at first: pieces are cut there;
+        a larger one only for a sample that alone exceeds it), the samples so far kept."""
+        limit = self.writer.size_limit or 0
+        grown = np.empty(max(need, self.HEADER_ROOM + limit, 2 * len(self._buffer)), np.uint8)
+        grown[self.HEADER_ROOM:self.HEADER_ROOM + self._used] = self._buffer[self.HEADER_ROOM:self.HEADER_ROOM + self._used]
+        self._buffer, self._view = grown, memoryview(grown)
+
+    def flush(self) -> None:
+        """The samples appended since the last piece as the writer's next piece (even none: where
+        ``write`` flushes an empty piece, before a first sample larger than the size limit)."""
+        writer = self.writer
+        sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, np.int64)
+        count = len(sizes)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.uint32)  # as encode_joint_shard makes them
+        offsets += 4 + 4 * (count + 1) + len(writer.config_data)
+        header = np.uint32(count).tobytes() + offsets.tobytes() + writer.config_data
+        if len(self._buffer) < self.HEADER_ROOM:  # (an empty first piece: nothing was copied yet)
+            self._grow(self.HEADER_ROOM)
+        body = self._view[self.HEADER_ROOM:self.HEADER_ROOM + self._used]
+        if len(header) <= self.HEADER_ROOM:
+            begin = self.HEADER_ROOM - len(header)
+            self._view[begin:self.HEADER_ROOM] = header
+            writer.piece = self._view[begin:self.HEADER_ROOM + self._used]
+        else:
+            writer.piece = memoryview(header + body.tobytes())
+        writer.new_samples = [None] * count  # (flush_shard lists len(new_samples) as the piece's samples)
+        try:
             writer.flush_shard()
-            writer._reset_cache()
-            writer.new_samples.append(samples[i])
-            writer.new_shard_size += int(sizes[i])
-            i += 1
+        finally:
+            writer.piece = None
+        writer._reset_cache()
+        self._used, self._sizes = 0, []
+
+    def finish(self) -> None:
+        """The last piece (if it holds samples), then the writer's index and its end."""
+        if self._sizes:
+            self.flush()
+        self.writer.finish()
 
 
 def index_bytes(entries: Sequence[Sequence[Dict]]) -> bytes:

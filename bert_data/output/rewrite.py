@@ -73,10 +73,14 @@ class RewriteStopped(Exception):
 
 
 def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str, spec: ShardSpec,
-                  stop: Optional[threading.Event] = None) -> Tuple[Files, object]:
+                  stop: Optional[threading.Event] = None, bound: Optional[int] = None) -> Tuple[Files, object]:
     """The TFRecord shard at ``tfrecord_path`` as ``container``'s file(s) for ``shard_name`` in
-    ``directory``; returns the files written with their records, and the writer's sidecar entries."""
-    _require_room(container.rewritten_size_bound(tfrecord_path), os.path.join(directory, shard_name))
+    ``directory``; returns the files written with their records, and the writer's sidecar entries.
+    ``bound``: the container's ``rewritten_size_bound`` of the shard when the caller has it (room
+    is checked for it here again: others may have filled the disk since)."""
+    if bound is None:
+        bound = container.rewritten_size_bound(tfrecord_path)
+    _require_room(bound, os.path.join(directory, shard_name))
     if hasattr(container, "finish_in_place"):  # (Parquet: the shard is the file but for its ending)
         return [(shard_name, _finished_copy(tfrecord_path, container, directory, shard_name, spec, stop))], None
     writer = container.open_shard(directory, shard_name, spec)
@@ -151,13 +155,14 @@ def rewrite_shards(  # (9 parameters: the shards, where and how they go; the las
     os.makedirs(directory, exist_ok=True)
     parallel = in_processes(container, sources, processes)
     at_once = max(1, min(processes if parallel else threads, len(sources)))
+    bounds = [container.rewritten_size_bound(source) for source in sources]
     if sources:  # room first, for the files together (each shard also checks for itself as it begins): h5py
-        bounds = sorted((container.rewritten_size_bound(source) for source in sources), reverse=True)  # out of room
-        _require_room(sum(bounds if files_stay else bounds[:at_once]), os.path.join(directory, names[0]))  # can crash
+        largest = sorted(bounds, reverse=True)  # out of room can crash
+        _require_room(sum(largest if files_stay else largest[:at_once]), os.path.join(directory, names[0]))
     if parallel:
-        done = _rewrite_in_processes(sources, names, container, directory, spec, place, processes)
+        done = _rewrite_in_processes(sources, names, container, directory, spec, place, processes, bounds)
     else:
-        done = _rewrite_on_threads(sources, names, container, directory, spec, place, threads)
+        done = _rewrite_on_threads(sources, names, container, directory, spec, place, threads, bounds)
     per_file = {name: records for files, _ in done for name, records in files}
     sidecar = container.sidecar_bytes([entries for _, entries in done]) if container.sidecar else None
     return per_file, sidecar
@@ -175,7 +180,7 @@ Done = List[Tuple[Files, object]]  # each shard's files and sidecar entries, in 
 
 
 def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
-                        place: Callable[[str], None], threads: int) -> Done:
+                        place: Callable[[str], None], threads: int, bounds: Sequence[int]) -> Done:
     stop = threading.Event()  # set when the run stops: the other shards' writers give up within a batch
     failures: List[BaseException] = []  # a shard's own error, before it stopped the others
 
@@ -183,7 +188,7 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
         if stop.is_set():
             raise RewriteStopped(names[shard])
         try:
-            files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop)
+            files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop, bounds[shard])
             for name, _ in files:
                 place(name)
         except RewriteStopped:
@@ -210,15 +215,15 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
 
 
 def _rewrite_in_child(shard: int, source: str, container, directory: str, shard_name: str,
-                      spec: ShardSpec) -> Tuple[Files, object]:
+                      spec: ShardSpec, bound: int) -> Tuple[Files, object]:
     """:func:`rewrite_shard` in a child process (with the test hooks of :mod:`bert_data.faults`)."""
     crash_point("rewriter", shard)
     pause_point("rewriter", shard)
-    return rewrite_shard(source, container, directory, shard_name, spec)
+    return rewrite_shard(source, container, directory, shard_name, spec, bound=bound)
 
 
 def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
-                          place: Callable[[str], None], processes: int) -> Done:
+                          place: Callable[[str], None], processes: int, bounds: Sequence[int]) -> Done:
     """:func:`rewrite_shard` of every shard in spawned child processes, ``processes`` at once; each
     shard's files are placed by the coordinator as the shard is done. A shard's error, a stop
     signal or a child's death ends every child at once (what they were writing stays in
@@ -239,7 +244,7 @@ def _rewrite_in_processes(sources: Sequence[str], names: Sequence[str], containe
     try:
         for shard in range(len(names)):
             pending.append((shard, submit_held(pool, _rewrite_in_child, shard, sources[shard], container,
-                                               directory, names[shard], spec)))
+                                               directory, names[shard], spec, bounds[shard])))
             children.update(getattr(pool, "_processes", None) or {})
         remaining = dict(pending)  # shard -> future
         while remaining:  # each shard placed once done, a shard's error raised as soon as it is in
