@@ -57,6 +57,18 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
+def need(*modules: str) -> None:
+    """Skip a test whose optional packages (``streaming``, ``h5py``, ``pyarrow``, ...) are not
+    installed; a failure instead when ``CI`` is set (CI installs every extra)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI installs {', '.join(missing)}")
+        pytest.skip(f"needs {', '.join(missing)} (pip install -e '.[test,torch,mds]')")
+
+
 def require_built(module, name: str) -> None:
     """Skip a test of a compiled accelerator (``module`` None: it was not built, no C compiler at
     install time); fail instead when CI is set: CI must test it."""

@@ -12,23 +12,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
 from conftest import base_args, write_corpus, write_vocab
+from conftest import need as _need
 from bert_data.tools import create as cli
 from bert_data.tools import inspect as inspect_tool
-
-
-def _need(*modules: str) -> None:
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI installs {', '.join(missing)}")
-        pytest.skip(f"needs {', '.join(missing)}")
 
 
 @pytest.fixture(scope="module")

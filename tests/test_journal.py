@@ -18,7 +18,7 @@ import pytest
 
 from bert_data.tools.create import main
 
-from conftest import base_args, write_corpus, write_vocab
+from conftest import base_args, need, write_corpus, write_vocab
 
 WORK = ".bert_data_work"
 FIX = "; start over with --overwrite (the interrupted run cannot be continued)"
@@ -354,3 +354,50 @@ def test_without_a_thread_for_the_journal_the_checkpoints_are_made_in_line(capsy
     assert main(_args(runs, out)) == 0, capsys.readouterr().err
     capsys.readouterr()
     _same_as_reference(out, runs["reference"])
+
+
+FORMATS = {  # --output_format (and its flags) -> the packages it needs
+    "tfrecord": ((), ()),
+    "tfrecord gzip": (("--compression", "gzip"), ()),
+    "mds": (("--output_format", "mds"), ("streaming",)),
+    "hdf5": (("--output_format", "hdf5", "--packing"), ("h5py",)),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_byte_changed_anywhere_in_what_a_resume_keeps_is_refused(capsys, tmp_path, fmt) -> None:
+    """The journal's checksum covers each partial shard's last 4 KB; a byte changed before them
+    (a disk's or a person's doing, after the run stopped) was published as it was, exit 0, and
+    found only by a trainer reading it. A resume now reads every record it keeps, by their own
+    CRCs (TFRecord frames, GZIP members, MDS's and HDF5's runs): one line, exit 2, and
+    ``--overwrite`` makes the output of a clean run."""
+    flags, packages = FORMATS[fmt]
+    need(*packages)
+    metadata = write_corpus(tmp_path / "corpus", n_docs=200)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out, reference = tmp_path / "out", tmp_path / "reference"
+    args = base_args(metadata, vocab, out, split_num=4, max_seq_length=128, max_predictions_per_seq=20) + list(flags)
+    killed = _cli(args, env={"BERT_DATA_CRASH_AT": "checkpointed:30"})  # (of 50 groups)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    journal = out / WORK / "progress.json"
+    counted = json.loads(journal.read_text())["shard_bytes"]
+    shard = max(range(len(counted)), key=counted.__getitem__)
+    assert counted[shard] > 3 * 4096, counted  # (the change lands below the tail the journal checksums)
+    partial = next(p for p in (out / WORK).glob(f"*-{shard + 1}.*.partial"))
+    with open(partial, "r+b") as handle:
+        handle.seek(counted[shard] // 3)
+        byte = handle.read(1)
+        handle.seek(counted[shard] // 3)
+        handle.write(bytes([byte[0] ^ 0x10]))
+    code = main(args + ["--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"create_tfrecords: error: --resume: the records this run wrote to {partial} before it "
+                          f"stopped are damaged (") and err.strip().endswith(FIX), err
+    assert main(args + ["--overwrite"]) == 0
+    assert main(base_args(metadata, vocab, reference, split_num=4, max_seq_length=128, max_predictions_per_seq=20)
+                + list(flags)) == 0
+    capsys.readouterr()
+    names = sorted(p.name for p in reference.iterdir() if p.name != "data_params.json")
+    assert sorted(p.name for p in out.iterdir() if p.name != "data_params.json") == names
+    assert all((out / n).read_bytes() == (reference / n).read_bytes() for n in names)

@@ -9,7 +9,6 @@ Skipped when pyarrow / datasets / mosaicml-streaming / torch are missing, except
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 import signal
@@ -23,18 +22,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import base_args, published_files, write_corpus, write_vocab
+from conftest import need as _need
 
 from bert_data.config import Config
 from bert_data.format.batch_decode import decode_examples, iter_record_batches
 from bert_data.format.columns import ColumnError, from_columns, rows_to_batch, to_columns
 from bert_data.output.rewrite import shard_spec
 from bert_data.tools.create import main
-
-
-def _need(*modules: str) -> None:
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing and not os.environ.get("CI"):
-        pytest.skip(f"needs {', '.join(missing)} (pip install 'bert_data[torch,mds]')")
 
 
 FORMATS = ("parquet", "mds")

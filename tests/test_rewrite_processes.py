@@ -21,17 +21,13 @@ from typing import Dict, List
 import pytest
 
 from conftest import base_args, published_files, write_corpus, write_vocab
+from conftest import need as _need
 
 from bert_data.output import rewrite
 from bert_data.tools.create import main
 
 PACKAGE = {"mds": "streaming", "hdf5": "h5py"}
 FLAGS = {"mds": {"output_format": "mds"}, "hdf5": {"output_format": "hdf5", "packing": True}}
-
-
-def _need(module: str) -> None:
-    if importlib.util.find_spec(module) is None and not os.environ.get("CI"):
-        pytest.skip(f"needs {module}")
 
 
 @pytest.fixture(scope="module")

@@ -24,17 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import base_args, published_files, write_corpus, write_vocab
+from conftest import need as _need
 
 from bert_data.format import native, parquet
 from bert_data.format import thrift_compact as thrift
 from bert_data.format.columns import ColumnError, columns_of, to_columns
 from bert_data.format.tfrecord import frame_records
 from bert_data.tools.create import main
-
-
-def _need(module: str) -> None:
-    if importlib.util.find_spec(module) is None and not os.environ.get("CI"):
-        pytest.skip(f"needs {module}")
 
 
 def _need_native() -> None:

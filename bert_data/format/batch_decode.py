@@ -23,6 +23,7 @@ Built on :mod:`bert_data.format.tfrecord` (CRCs, frame headers) and
 
 from __future__ import annotations
 
+import io
 import os
 import zlib
 from dataclasses import dataclass
@@ -657,3 +658,51 @@ def _decode_examples_numpy(
     if keep.all():
         return out, ok
     return {name: a[keep] for name, a in out.items()}, ok
+
+
+class _Head(io.RawIOBase):
+    """The first ``size`` bytes of the file at ``path``, seekable: what a resume keeps of a partial
+    shard (bytes after them, made by a group never journaled, are cut off)."""
+
+    def __init__(self, path: str, size: int) -> None:
+        super().__init__()
+        self._file = open(path, "rb")
+        self._size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self._size - self._file.tell()
+        if left <= 0:
+            return 0
+        view = memoryview(b).cast("B")
+        return self._file.readinto(view[:left]) or 0
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_END:
+            return self._file.seek(self._size + offset)
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def check_head(path: str, size: int) -> int:
+    """The records in the first ``size`` bytes of the TFRecord file at ``path`` (plain or GZIP
+    members) are whole and both CRCs of each hold; returns how many there are, else raises the
+    :class:`RecordFormatError` that names the first that does not (and where). A resume checks
+    what it keeps of every partial shard so (:mod:`bert_data.output.journal`): a byte changed
+    since the run wrote it would otherwise be published, and read only by a trainer."""
+    count = 0
+    if size:
+        for batch in iter_record_batches(path, opener=lambda name: io.BufferedReader(_Head(name, size))):
+            count += len(batch)
+    return count

@@ -98,6 +98,15 @@ class TFRecordContainer:
         them (a TFRecord shard is published as assembled)."""
         return os.path.getsize(path)
 
+    @staticmethod
+    def check_assembled(path: str, size: int) -> None:
+        """The first ``size`` bytes of the assembled shard at ``path`` (a partial shard a resume
+        keeps) are whole records whose CRCs hold: the runs of every format but Parquet are
+        TFRecord frames; else :class:`~bert_data.errors.RecordFormatError` saying where not."""
+        from .batch_decode import check_head
+
+        check_head(path, size)
+
     def frame(self, payloads: Sequence[bytes]) -> bytes:
         """One run of records: framed, and a gzip member with ``--compression gzip`` (mtime 0, so
         the bytes depend only on the records)."""
@@ -209,6 +218,11 @@ class ParquetContainer(RewritingContainer):
         from .parquet import finish_in_place
 
         return finish_in_place(path, spec)
+
+    @staticmethod
+    def check_assembled(path: str, size: int) -> None:
+        """Nothing: a partial shard of pieces has no checksums to hold (its data pages carry no
+        CRC; the piece headers are read, and a damaged one refused, when its footer is made)."""
 
     @staticmethod
     def published_body_size(path: str) -> int:

@@ -29,7 +29,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from .. import storage
 from ..config import LEFT_OUT_AT_DEFAULT
-from ..errors import ResumeError
+from ..errors import RecordFormatError, ResumeError
 from ..identity import newest_described, newest_mtime
 from .naming import MANIFEST_NAME, PARTIAL_SUFFIX, RUN_FILE, WORK_DIR_NAME, index_group, shard_file_names
 
@@ -302,16 +302,19 @@ def tail_checksum(read_at, size: int) -> int:
     return zlib.crc32(read_at(size - start, start))
 
 
-def check_partial_shards(
+def check_partial_shards(  # (8 parameters: the journal's counts and how the container checks its bytes)
     output_dir: str, work_dir: str, name: object, shard_bytes: Sequence[int], path: str, suffix: str,
     tails: Optional[Sequence[int]] = None, body_size: Callable[[str], int] = os.path.getsize,
+    check_records: Optional[Callable[[str, int], None]] = None,
 ) -> None:
     """Each partial shard holds at least the bytes the journal says (the resume cuts it back to
     them), and its last bytes up to there are the ones the journal saw (``tails``: its
     checksums; a journal of an older version has none): a shorter one, or one whose counted end
     moved (a count too large, bytes changed), was damaged after the journal was written. (A
     shard already renamed into place by a run killed while publishing counts too: the resume
-    takes it back.)"""
+    takes it back.) ``check_records(file, size)`` (the container's ``check_assembled``) then
+    reads every record of those bytes, whose own checksums show a byte changed anywhere before
+    the tail; its RecordFormatError or OSError refuses the resume."""
     if not isinstance(name, str):
         return  # the settings check has refused this already
     for shard, (final, size) in enumerate(zip(shard_file_names(name, len(shard_bytes), suffix), shard_bytes)):
@@ -336,6 +339,14 @@ def check_partial_shards(
         if moved:
             raise damaged(path, f"it counts {size} bytes in {final}{PARTIAL_SUFFIX}, whose last bytes up to there are "
                                 f"not the ones it wrote down")
+        if check_records is not None:
+            try:
+                check_records(where, size)
+            except (RecordFormatError, OSError) as exc:
+                said = " ".join(str(exc).split())
+                raise ResumeError(f"--resume: the records this run wrote to {where} before it stopped are damaged "
+                                  f"({said}); start over with --overwrite (the interrupted run cannot be continued)"
+                                  ) from None
 
 
 def _tail_of(path: str, size: int) -> int:

@@ -419,15 +419,14 @@ def clear_fragments(work_dir: str) -> None:
             os.unlink(path)
 
 
-def load_resume_state(output_dir: str, settings: Mapping, suffix: str,
-                      body_size: Callable[[str], int] = os.path.getsize) -> Optional[Dict]:
-    """The journal of an interrupted run in ``output_dir``, checked against this run's settings.
-
-    Returns None when the output is already complete (its manifest exists, same settings).
-    Raises :class:`ResumeError` when there is nothing to resume, the settings or inputs differ,
-    or the journal is damaged (truncated, not JSON, fields of the wrong type or length, partial
-    shards shorter than it says): one line naming the file and ``--overwrite``, never a traceback.
-    """
+def load_resume_state(output_dir: str, settings: Mapping, container) -> Optional[Dict]:
+    """The journal of an interrupted run in ``output_dir``, checked against this run's settings,
+    and its partial shards by ``container`` (their suffix, their records' checksums). None when
+    the output is already complete (its manifest exists, same settings). Raises
+    :class:`ResumeError` when there is nothing to resume, the settings or inputs differ, or the
+    journal or a partial shard is damaged (truncated, not JSON, fields of the wrong type or
+    length, shards shorter than it says, records whose checksums fail): one line naming the file
+    and ``--overwrite``, never a traceback."""
     work_dir = os.path.join(output_dir, WORK_DIR_NAME)
     if resume_point(output_dir, work_dir, settings, started=lambda: os.path.lexists(work_dir)) is None:
         return None
@@ -436,8 +435,9 @@ def load_resume_state(output_dir: str, settings: Mapping, suffix: str,
     if os.path.lexists(progress_path):
         state = read_journal(progress_path)
         check_progress(state, shards, progress_path)
-        check_partial_shards(output_dir, work_dir, settings.get("name"), state["shard_bytes"], progress_path, suffix,
-                             state.get("shard_tails") or None, body_size)
+        check_partial_shards(output_dir, work_dir, settings.get("name"), state["shard_bytes"], progress_path,
+                             container.suffix, state.get("shard_tails") or None, container.published_body_size,
+                             container.check_assembled)
     else:
         state = {"next_group": 0, "shard_bytes": [0] * shards, "shard_records": [0] * shards, "stats": {}}
     clear_fragments(work_dir)
@@ -472,7 +472,7 @@ class LocalDirOutput:
         None when the output is already complete with these settings."""
         config = self.config
         if config.resume:
-            state = load_resume_state(self.output_dir, settings, self.container.suffix, self.container.published_body_size)
+            state = load_resume_state(self.output_dir, settings, self.container)
             if state is None:  # complete: a work directory a kill during the commit left behind goes now
                 if self.publishes_in_place:
                     require_listed_files(self.output_dir)
