@@ -15,7 +15,7 @@ is named after the moment of the run it kills, so a test says what it breaks:
   process rewriting shard GROUP at publish, :mod:`bert_data.output.rewrite`, about to begin).
 * ``BERT_DATA_PAUSE_AT=MARKER:STAGE:GROUP`` (:func:`pause_point`): the process at STAGE for
   GROUP creates MARKER and waits two minutes there (a run stopped while that step is surely
-  in flight). Stages: ``rewriter``.
+  in flight). Stages: ``rewriter``, ``committed`` (GROUP 0: the manifest written).
 * ``BERT_DATA_DASK_PAUSE=MARKER:GROUP``, ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` and
   ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` (:func:`dask_worker_faults`): a Dask worker making GROUP
   waits two minutes after creating MARKER (a run stopped while a group is surely in flight),

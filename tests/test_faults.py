@@ -265,6 +265,21 @@ def test_disk_space_estimate_warns(tmp_path) -> None:
     assert "--compression gzip" in huge
 
 
+def test_disk_space_warning_of_a_small_output_on_a_small_disk_says_megabytes(tmp_path, monkeypatch) -> None:
+    """A 20 MB file system and 2 MB of input said "about 0.0 GB ... only 0.0 GB are free"."""
+    import os as os_module
+
+    from bert_data.presets import build_config
+    from bert_data.runners import startup
+
+    config = build_config({"metadata_files": ["m"], "vocab_file": "v", "output_dir": str(tmp_path / "o"), "dupe_factor": 5})
+    real = os_module.statvfs(tmp_path)
+    monkeypatch.setattr(startup.os, "statvfs", lambda path: type(real)((4096, 4096, 5000, 3000, 3000, 100, 100, 100, 0, 255)))
+    line = startup.disk_space_warning(config, 2_000_000)
+    assert "need about 20 MB (2.0 MB of input x --dupe_factor 5) but only 12 MB are free under" in line, line
+    assert "0.0 GB" not in line
+
+
 @pytest.mark.parametrize("output_format, peak", [("parquet", 1.0), ("mds", 2.0), ("hdf5", 2.0)])
 def test_disk_space_estimate_of_a_rewritten_format_counts_its_peak_and_never_advises_gzip(tmp_path, output_format, peak) -> None:
     """Parquet/MDS/HDF5 refuse --compression gzip. MDS and HDF5 hold every assembled shard and

@@ -463,6 +463,22 @@ def test_cli_errors_exit_2(tmp_path, vocab, capsys, argv, message):
     assert err.count("\n") == 1
 
 
+def test_a_validation_split_runs_directory_names_its_two_outputs(tmp_path, capsys):
+    """The parent of a --validation_fraction run's train/ and validation/ said only that it holds
+    no shards; it names the two outputs to inspect (never one pooled report of two datasets)."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=12)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "split"
+    assert create_main(base_args(metadata, vocab, out, validation_fraction=0.3)) == 0
+    capsys.readouterr()
+    code, _, err = run(capsys, str(out), "--stats")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.strip() == (f"inspect_tfrecords: error: {out}: directory holds no *.tfrecords files; it holds the outputs "
+                           f"train and validation (the halves of a --validation_fraction run, each its own dataset): "
+                           f"inspect {out}/train and {out}/validation")
+    assert run(capsys, str(out / "train"), "--stats")[0] == 0
+
+
 def test_manifest_vocab_missing(tmp_path, capsys):
     out = _out_dir(tmp_path, {"examples-1.tfrecords": [REC1]})
     write_manifest(out, {"examples-1.tfrecords": 1}, vocab=tmp_path / "gone.txt")

@@ -229,3 +229,30 @@ def test_ctrl_c_or_sigterm_stops_promptly_and_resumes(tmp_path: Path, sig: int, 
     resumed = _cli(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr
     _assert_same_output(out, reference)
+
+
+@pytest.mark.parametrize("sig, code, words", [(signal.SIGTERM, 143, "terminated (SIGTERM)"), (signal.SIGINT, 130, "interrupted")])
+def test_a_stop_in_the_instant_after_the_manifest_says_the_output_is_complete(tmp_path: Path, sig, code, words) -> None:
+    """Stopped with the manifest written (the commit point) but before the run returned, it said
+    "continue later with --resume", which then only reported the output complete: the line says
+    what is true. BERT's named files are moved after their staging manifest, so there --resume
+    is still the way on (next_step(manifest_is_the_end=False))."""
+    metadata = write_corpus(tmp_path / "corpus", n_docs=12)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out, marker = tmp_path / "out", tmp_path / "paused"
+    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *base_args(metadata, vocab, out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "BERT_DATA_PAUSE_AT": f"{marker}:committed:0"})
+    deadline = time.monotonic() + 120
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate(timeout=60)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"create_tfrecords: {words}; the output was complete before it stopped (data_params.json is written): "
+        f"nothing to continue"), stderr
+    resumed = _cli(base_args(metadata, vocab, out) + ["--resume"])
+    assert resumed.returncode == 0 and "complete" in resumed.stdout + resumed.stderr, resumed.stderr
+    assert not (out / ".bert_data_work").exists()

@@ -120,23 +120,30 @@ def _second_half_made_nothing(reason: str, part: Config, parts: Mapping[str, Con
             f"with --resume (same flags), or start over with --overwrite")
 
 
-def next_step(config: Optional[Config]) -> str:
+def next_step(config: Optional[Config], manifest_is_the_end: bool = True) -> str:
     """What works after the run of ``config`` stopped now (Ctrl-C, a signal, memory): ``--resume``
     when one of its outputs has a journal to continue, ``--overwrite`` for a Beam run that left
-    its work (Beam runs are redone), else the same command again (nothing was written)."""
+    its work (Beam runs are redone), nothing when every output is committed, else the same
+    command again (nothing was written). ``manifest_is_the_end``: False for BERT's named files,
+    moved into place after their staging run's manifest (--resume finishes that)."""
     if config is None:
         return NOTHING_WRITTEN
-    started = False
+    resume = "continue later with --resume (same flags)" if config.runner != "beam" else (
+        "run it again with --overwrite (a Beam run is redone, not resumed)")
+    started, complete = False, []
     for part in split_configs(config).values():
         try:
+            complete.append(storage_exists(storage_join(part.output_dir, MANIFEST_NAME)))  # (the commit point)
             work = storage_join(part.output_dir, WORK_DIR_NAME)
-            finished = storage_exists(storage_join(part.output_dir, MANIFEST_NAME))  # (--resume says it is complete)
-            if finished or storage_exists(storage_join(work, RUN_FILE)):
-                return "continue later with --resume (same flags)" if config.runner != "beam" else (
-                    "run it again with --overwrite (a Beam run is redone, not resumed)")
+            if not complete[-1] and storage_exists(storage_join(work, RUN_FILE)):
+                return resume
             started = started or storage_exists(work)
         except Exception:  # a store that cannot be reached now: the journal may be there
             return "continue later with --resume (same flags)"
+    if all(complete) and manifest_is_the_end:  # stopped in the instant after the manifest: --resume would only say so
+        return "the output was complete before it stopped (data_params.json is written): nothing to continue"
+    if any(complete):  # a train/validation job with one half published: --resume makes the other
+        return resume
     if started:  # a work directory without its run.json: the run stopped while it began
         return "run it again with --overwrite"
     return NOTHING_WRITTEN

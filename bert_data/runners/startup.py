@@ -221,12 +221,20 @@ def disk_space_warning(config: Config, input_bytes: int) -> str:
     if estimate <= free:
         return ""
     advice = "free space or choose another --output_dir" if other_format else "free space, or use --compression gzip"
-    peak = f", --output_format {config.output_format} rewriting its TFRecord shards at the end" if rewritten else ""
+    peak = f", --output_format {config.output_format} rewriting its assembled shards at the end" if rewritten else ""
     return (
-        f"the output may need about {estimate / 1e9:.1f} GB ({input_bytes / 1e9:.2f} GB of input x "
-        f"--dupe_factor {config.dupe_factor}{peak}) but only {free / 1e9:.1f} GB are free under {probe}; {advice} "
+        f"the output may need about {_amount(estimate)} ({_amount(input_bytes)} of input x "
+        f"--dupe_factor {config.dupe_factor}{peak}) but only {_amount(free)} are free under {probe}; {advice} "
         f"(if it runs out, free space and continue with --resume)"
     )
+
+
+def _amount(count: int) -> str:
+    """Bytes as a disk figure, in decimal units as ``df -H`` gives them: '1.3 GB', '37 MB',
+    '0.4 MB' (a small output on a small disk said "about 0.0 GB ... but only 0.0 GB are free")."""
+    if count >= 1e9:
+        return f"{count / 1e9:.1f} GB"
+    return f"{count / 1e6:.0f} MB" if count >= 1e7 else f"{count / 1e6:.1f} MB"
 
 
 def input_fingerprints(config: Config, summary, vocab_path: str) -> Dict[str, str]:

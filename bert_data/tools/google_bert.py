@@ -360,11 +360,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
         from ..runners.job import next_step
 
-        return stopped(PROG, exc, next_step(state.get("config")))
+        return stopped(PROG, exc, next_step(state.get("config"), manifest_is_the_end=False))
     except OSError as exc:  # the last resort (the runner names what it knows): still one line
         from ..runners.job import next_step
 
-        advice = next_step(state.get("config")).replace("continue later", "continue")
+        advice = next_step(state.get("config"), manifest_is_the_end=False).replace("continue later", "continue")
         return print_error(PROG, f"{os_error(exc)}; fix it, then {advice}")
 
 
