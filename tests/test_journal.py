@@ -401,3 +401,16 @@ def test_a_byte_changed_anywhere_in_what_a_resume_keeps_is_refused(capsys, tmp_p
     names = sorted(p.name for p in reference.iterdir() if p.name != "data_params.json")
     assert sorted(p.name for p in out.iterdir() if p.name != "data_params.json") == names
     assert all((out / n).read_bytes() == (reference / n).read_bytes() for n in names)
+
+
+def test_a_fifo_for_a_partial_shard_the_journal_counts_empty_is_refused_not_waited_on(capsys, runs, out) -> None:
+    """A partial shard replaced by a FIFO (or a symlink to one) where the journal counts 0 bytes
+    hung --resume for ever (the tail checksum's open blocked on it; helper-27): one line now."""
+    journal = out / WORK / "progress.json"
+    journal.write_text(_edit(shard_bytes=lambda v: [v[0], v[1], 0], shard_tails=lambda v: [v[0], v[1], 0])(journal.read_text()))
+    partial = _partial(out, 3)
+    partial.unlink()
+    os.mkfifo(partial)
+    assert _refused(capsys, runs, out) == (f"create_tfrecords: error: --resume: {journal} is damaged "
+                                           f"({partial.name} is not a regular file){FIX}")
+    _overwrite_recovers(capsys, runs, out)

@@ -283,7 +283,7 @@ class ShardFileWriter:
         self.spec = spec
         self._scratch = os.path.join(directory, f".{shard_name}.mdswriter")
         shutil.rmtree(self._scratch, ignore_errors=True)
-        self._writer = piece_writer(self._scratch, spec.layout)
+        self._writer = piece_writer(self._scratch, spec.layout, SIZE_LIMIT)
         self._pieces = PieceAppender(self._writer)
         self.sidecar_entries: List[Dict] = []
         self._written: List[str] = []
@@ -403,9 +403,9 @@ def _piece_writer_class(writer_class):
     return PieceWriter
 
 
-def piece_writer(out: str, layout: str, size_limit: Optional[int] = SIZE_LIMIT, writer_class=None):
+def piece_writer(out: str, layout: str, size_limit: Optional[int], writer_class=None):
     """An ``MDSWriter`` (``writer_class``, default :func:`mds_writer_class`) of ``layout``'s columns
-    into ``out`` for a :class:`PieceAppender`."""
+    into ``out``, cutting pieces at ``size_limit`` bytes (None: never), for a :class:`PieceAppender`."""
     return _piece_writer_class(writer_class or mds_writer_class())(
         out=out, columns=mds_columns(layout), compression=None, hashes=[PIECE_HASH], size_limit=size_limit, max_workers=1)
 

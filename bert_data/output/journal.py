@@ -322,6 +322,12 @@ def check_partial_shards(  # (8 parameters: the journal's counts and how the con
         published = os.path.join(output_dir, final)
         where = partial if os.path.exists(partial) else published
         try:
+            irregular = os.path.exists(where) and not stat.S_ISREG(os.stat(where).st_mode)  # (a FIFO: reads block)
+        except OSError:
+            irregular = False  # (what cannot be stat'ed is taken as missing, below)
+        if irregular:
+            raise damaged(path, f"{os.path.basename(where)} is not a regular file")
+        try:
             actual = os.path.getsize(where) if os.path.exists(where) else 0
             replaced = where == published and actual and body_size(where) != size
             actual = 0 if replaced else actual
