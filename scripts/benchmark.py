@@ -21,6 +21,9 @@ interpreter start-up and imports not). Because other processes may share the mac
 run also reports its CPU seconds (the child and its reaped workers, over ``run()``; MB per
 CPU-second hardly depends on other load) and ``other_cores``: how many cores other processes
 kept busy meanwhile (from /proc/stat), i.e. how noisy the wall-clock figures are.
+``publish_wall_s`` is the tail from the last group's result to the manifest (Parquet's footers,
+MDS's and HDF5's files made from the assembled shards): the part a format adds after the groups,
+steadier than the whole run on a shared machine.
 """
 
 from __future__ import annotations
@@ -266,10 +269,12 @@ def child_main(spec_json: str) -> int:
     config = build_config(spec)
     seconds: Counter = Counter()
     groups = [0]
+    last_group = [0.0, 0.0]  # when the last group's result came in: wall, the coordinator's CPU
 
     def on_group(result) -> None:
         seconds.update(result.seconds)
         groups[0] += 1
+        last_group[:] = [time.perf_counter(), own_cpu()]
 
     def own_cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -281,8 +286,10 @@ def child_main(spec_json: str) -> int:
 
     cpu_before, own_before = cpu(), own_cpu()
     started = time.perf_counter()
+    last_group[:] = [started, own_before]
     manifest = run(config, on_group=on_group)  # a process pool is joined (its CPU counted) before run returns
-    wall = time.perf_counter() - started
+    ended = time.perf_counter()
+    wall = ended - started
     cpu_run = cpu() - cpu_before
     output_bytes = sum(
         os.path.getsize(os.path.join(config.output_dir, name))
@@ -293,6 +300,8 @@ def child_main(spec_json: str) -> int:
         "wall_s": wall,
         "cpu_s": cpu_run,
         "coordinator_cpu_s": own_cpu() - own_before,  # the coordinator alone (its threads included): where a pool's overhead lands
+        "publish_wall_s": ended - last_group[0],  # after the last group: the publish (a rewriting format: its files), the manifest
+        "publish_coordinator_cpu_s": own_cpu() - last_group[1],  # (its threads; not the processes that rewrite a big publish)
         "stage_seconds": {s: seconds.get(s, 0.0) for s in STAGES},
         "groups": groups[0],
         "input_bytes": manifest["input_bytes"],
@@ -392,7 +401,7 @@ def _summary(values: Sequence[float]) -> Dict[str, float]:
 def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
     keys = ("mb_per_s", "cores_busy", "docs_per_s", "instances_per_s", "peak_rss_tree_mb", "wall_s", "process_wall_s",
             "cpu_s", "coordinator_cpu_s", "mb_per_cpu_s", "other_cores", "loadavg_1min_before", "peak_rss_coordinator_mb",
-            "peak_rss_largest_worker_mb")
+            "peak_rss_largest_worker_mb", "publish_wall_s", "publish_coordinator_cpu_s")
     out: Dict[str, object] = {k: _summary([r[k] for r in runs]) for k in keys}
     out["stage_share"] = {s: statistics.median(r["stage_share"][s] for r in runs) for s in STAGES}
     out["stage_seconds"] = {s: statistics.median(r["stage_seconds"][s] for r in runs) for s in STAGES}
@@ -551,6 +560,8 @@ def report(results: Dict[int, Dict[str, object]]) -> None:
         print(f"  CPU s (run)    {fmt(s['cpu_s'], 2)}  -> {fmt(s['mb_per_cpu_s'], 3)} MB per CPU-s (all processes of the run)")
         print(f"  cores busy     {fmt(s['cores_busy'], 2)}  (CPU s / wall s, whole process tree)")
         print(f"  coordinator    {fmt(s['coordinator_cpu_s'], 2)} CPU s of those (its threads included)")
+        print(f"  publish        {fmt(s['publish_wall_s'], 2)} wall s after the last group, "
+              f"{fmt(s['publish_coordinator_cpu_s'], 2)} CPU s of the coordinator")
         print(f"  other load     {fmt(s['other_cores'], 2)} cores busy with other processes during the runs")
         detail = f"process tree, {s['max_processes']} processes"
         if workers == 1:
