@@ -369,6 +369,15 @@ def local_path_of(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
+def file_identity(path: str) -> str:
+    """What makes two names of one file the same (``A/x``, ``./A/x``, ``/abs/A/x``, a symlink to
+    it, ``file:///abs/A/x``): the real path of a local file, the URL of any other. Readers read a
+    file once however it is named."""
+    if is_remote(path) and not path.startswith("file://"):
+        return path
+    return os.path.realpath(local_path_of(path))
+
+
 def file_kind(path: str) -> Optional[str]:
     """None when the local ``path`` is a regular file (symlinks followed), else what it is ("a
     directory", "a FIFO", "a socket", "a device"): every reader that expects a file refuses the

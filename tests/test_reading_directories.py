@@ -43,6 +43,13 @@ def create(corpus, out, **extra) -> None:
     assert create_main(base_args(metadata, vocab, out, quiet=True, **extra)) == 0
 
 
+def drop_sizes(out: Path) -> None:
+    """The manifest without ``bytes_per_shard`` (as runs before it wrote them)."""
+    data = manifest(out)
+    data.pop("bytes_per_shard")
+    (out / MANIFEST_NAME).write_text(json.dumps(data))
+
+
 def manifest(out: Path) -> Dict:
     return json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
 
@@ -200,6 +207,13 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_both_readers(corpus, tmp_
     assert f"MISMATCH: {problem}" in text and text.rstrip().endswith("FAILED")
     code, report, _ = stats(capsys, tmp_path, shard)  # the file alone: checked against its manifest too
     assert code == 1 and problem in report["manifest_problems"]
+    from bert_data.errors import RecordFormatError
+
+    sized = f"{shard} is {shard.stat().st_size} bytes where {out / MANIFEST_NAME} lists "
+    for target in (out, shard, f"{out}/*.tfrecords"):  # the manifest's bytes_per_shard: refused before reading
+        with pytest.raises(RecordFormatError, match=sized):
+            reader_count(target)
+    drop_sizes(out)  # (a manifest without bytes_per_shard, as older runs wrote: the count is checked as it is read)
     message = (
         f"{shard} holds 5 records, but {out / MANIFEST_NAME} lists {held}: the file was cut or changed after it was "
         "written; write the output again (rerun the command that made it; create_tfrecords needs --overwrite)"
@@ -252,6 +266,7 @@ def test_any_cut_at_a_record_boundary_is_caught_by_the_reader(corpus, tmp_path_f
         assert reader_count(out) == listed
         return
     cut_at_record(shard, keep)
+    drop_sizes(out)  # (bytes_per_shard would refuse it before reading: this is the count checked as it is read)
     with pytest.raises(tf.errors.InvalidArgumentError, match=f"holds {keep} records, but .* lists {listed}:"):
         reader_count(out)
 

@@ -215,6 +215,7 @@ def test_a_broken_packed_row_is_an_error_naming_it(tmp_path: Path, outputs) -> N
         (directory / "examples-1.tfrecords").write_bytes(frame_records(payloads))
         manifest = json.loads((made["packed"] / "data_params.json").read_text())
         manifest["instances_per_shard"] = {"examples-1.tfrecords": len(payloads)}
+        manifest["bytes_per_shard"] = {"examples-1.tfrecords": (directory / "examples-1.tfrecords").stat().st_size}
         (directory / "data_params.json").write_text(json.dumps(manifest))
         with pytest.raises(RecordFormatError, match=rf"examples-1.tfrecords: record {multi}: not a valid nsp_packed row: "
                                                     rf".*{message}"):

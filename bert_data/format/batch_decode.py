@@ -23,8 +23,10 @@ Built on :mod:`bert_data.format.tfrecord` (CRCs, frame headers) and
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import zlib
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -108,7 +110,7 @@ def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int =
     """
     name = os.fsdecode(path)
     try:
-        handle = opener(name) if opener is not None else open(path, "rb")
+        handle = opener(name) if opener is not None else _open_regular(name)
     except OSError as e:
         raise RecordFormatError(f"{name}: cannot open TFRecord file: {e.strerror or e}") from e
     yielded = 0
@@ -145,6 +147,20 @@ class _NamedStream:
 
 class _BadFrame(Exception):
     """The frame at the current offset is not whole and valid (the reader hands over)."""
+
+
+def _open_regular(name: str) -> BinaryIO:
+    """``name`` opened for reading without waiting, and only if it is a regular file: a file that
+    became a FIFO after a reader listed it would otherwise block the open for ever."""
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _chunked_batches(stream: BinaryIO, chunk_bytes: int, position: Optional[Any] = None) -> Iterator[RecordBatch]:

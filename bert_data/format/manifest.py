@@ -1,4 +1,6 @@
-"""The manifest, ``data_params.json``: what a run wrote, how, and from what.
+"""The manifest, ``data_params.json``: what a run wrote, how, and from what. (Over 600 lines on
+purpose: every reader, tf.data, PyTorch and inspect, checks files against their manifest by one
+rule, so the rules stay together with the manifest.)
 
 Written last, beside the shards, by every runner: it is the commit point of a run (a directory
 without it is not a finished output). Readers use it to find the record layout and sizes, and
@@ -7,7 +9,8 @@ without it is not a finished output). Readers use it to find the record layout a
 This module is the manifest's one home: its file name, :func:`build_manifest` (a pure function
 of the settings and the run's counters), loading it (:func:`load_manifest`, for every reader),
 reading what it says about the records (:func:`manifest_layout`, :func:`manifest_separator`)
-and checking it against the shards actually found (:func:`verify_manifest`).
+and checking it against the shards actually found (:func:`verify_manifest`, and before any
+record is read, :func:`size_problem` and :func:`records_vocabulary`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import __version__
-from ..errors import RecordFormatError, plural
+from ..errors import ConfigError, RecordFormatError, plural
 from ..objectives import OBJECTIVE_OF_LAYOUT, layout_of, objective_of
 from ..output.journal import unfinished_run
 from ..output.naming import (
@@ -352,6 +355,25 @@ def listed_count(manifest: Optional[Manifest], path: str) -> Optional[int]:
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
+def size_problem(manifest: Optional[Manifest], path: str) -> Optional[str]:
+    """Why the local file ``path`` is not the one ``manifest`` lists (its ``bytes_per_shard``:
+    another size), or None (the same size, not listed with one, a URL, or not there: said
+    elsewhere). A shard swapped for another run's with as many records passes every count and
+    record check; its size gives it away for one ``stat``."""
+    sizes = manifest.data.get("bytes_per_shard") if manifest is not None else None
+    listed = sizes.get(os.path.basename(path)) if isinstance(sizes, dict) else None
+    if not isinstance(listed, int) or isinstance(listed, bool) or "://" in path:
+        return None
+    try:
+        actual = os.path.getsize(path)
+    except OSError:
+        return None
+    if actual == listed:
+        return None
+    return (f"{path} is {actual} bytes where {manifest.path} lists {listed} (bytes_per_shard): it was changed or "
+            f"replaced after the run wrote it")
+
+
 def load_manifest(directory: str, read_text: Optional[ReadText] = None) -> Optional[Manifest]:
     """The ``data_params.json`` of ``directory``, or None when there is none.
 
@@ -526,6 +548,37 @@ def _check_records_fields(manifest: Manifest, observed: ObservedShards, bad: Lis
         bad.extend(_schema_problems(schema, layout, seq, pred or 0, sequences_per_pack(d)))
 
 
+def records_vocabulary(manifests: Sequence[Manifest]) -> Optional[str]:
+    """The ``vocab_sha256`` the manifests of a dataset's files record (None when none does);
+    :class:`RecordFormatError` when they record two: ids of two vocabularies read as one dataset
+    mean nothing (a reader of several outputs refuses them, as it refuses two layouts)."""
+    found = [(m.path, m.data.get("vocab_sha256")) for m in manifests if isinstance(m.data.get("vocab_sha256"), str)]
+    if len({digest for _, digest in found}) > 1:
+        shown = "; ".join(f"{path}: vocab_sha256 {digest[:12]}" for path, digest in found)
+        raise RecordFormatError(f"the files were written with different vocabularies ({shown}); read them as separate "
+                                f"datasets, or write them again with one --vocab_file")
+    return found[0][1] if found else None
+
+
+def require_records_vocabulary(vocab_file: str, manifests: Sequence[Manifest]) -> None:
+    """Dynamic masking's ``vocab_file`` is the vocabulary the records were written with (their
+    manifests' ``vocab_sha256``): masked with another, [MASK], random ids and the never-masked
+    [CLS]/[SEP] are other ids, silently. ConfigError naming both, else nothing."""
+    want = records_vocabulary(manifests)
+    if want is None:
+        return
+    try:
+        have = file_sha256(vocab_file)
+    except OSError as exc:
+        raise ConfigError(f"vocab_file {vocab_file}: {exc.strerror or exc}") from None
+    if have != want:
+        listed = next((m.data.get("vocab_path") for m in manifests if m.data.get("vocab_sha256") == want), None)
+        hint = f" ({listed})" if listed else ""
+        raise ConfigError(f"vocab_file {vocab_file} is not the vocabulary the records were written with: their "
+                          f"data_params.json records vocab_sha256 {want[:12]}{hint}, this file's is {have[:12]}; mask "
+                          f"them with that vocabulary")
+
+
 def sequences_per_pack(data: Mapping[str, Any]) -> int:
     """``max_sequences_per_pack`` of a packed run's manifest (3, the default, when absent)."""
     value = data.get("max_sequences_per_pack")
@@ -568,6 +621,9 @@ def _check_counts(manifest: Manifest, observed: ObservedShards, check: ManifestC
             check.warnings.append(f"{os.path.join(manifest.directory, base)} is not listed in {manifest.path}")
         elif per_shard[base] != count:
             bad.append(f"instances_per_shard says {base} holds {per_shard[base]} records, it holds {count}")
+        changed = size_problem(manifest, os.path.join(manifest.directory, base)) if base in per_shard else None
+        if changed:
+            bad.append(changed.replace(f" where {manifest.path} lists ", " where it lists "))
     listed = set(per_shard)
     inspected = listed & set(counts)
     if n_examples is None:

@@ -37,7 +37,7 @@ from ..output.journal import unfinished_run
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
 from ..output.naming import MANIFEST_NAME, natural_key, shard_glob
-from ..storage import file_kind
+from ..storage import file_identity, file_kind
 from . import InspectError
 
 __all__ = [
@@ -155,11 +155,16 @@ def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> T
             if not found:
                 raise InspectError(f"{p}: no file matches")
             found = [_regular(f, f" (matched by {p})") for f in found]
+            for directory in sorted({os.path.dirname(os.path.abspath(f)) for f in found}):
+                manifest = load_manifest(directory)
+                unfinished = unfinished_run(directory, manifest, named_output_manifests(directory) if manifest is None else ())
+                if unfinished:  # (a glob into a run killed while publishing: some of its shards, never all)
+                    raise InspectError(unfinished)
             from_dir = False
         else:
             raise InspectError(f"{p}: no such file or directory")
         for f in found:
-            real = os.path.realpath(f)
+            real = file_identity(f)
             if real in seen:
                 continue
             seen.add(real)

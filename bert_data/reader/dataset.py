@@ -40,7 +40,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, RecordFormatError, plural
-from ..format.manifest import Manifest, manifest_layout, manifest_separator, sequences_per_pack
+from ..format.manifest import (
+    Manifest, manifest_layout, manifest_separator, records_vocabulary, require_records_vocabulary, sequences_per_pack,
+)
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, tf_feature_spec
 from .dynamic_masking import DynamicMaskingOptions, Masker, masker_from_options
 from .files import FilePattern, FileSet, compressions, count_checked, detect_compression, resolve_files, resolve_reads
@@ -317,6 +319,7 @@ def pretraining_dataset(
     found = resolve_reads(file_pattern, use_manifest=options.check_manifest)
     files, manifests = found.files, found.manifests
     record_schema = _resolve_record_schema(options.record_schema, manifests)
+    records_vocabulary(manifests)  # (one vocabulary, or an error naming them)
     _check_manifest_sizes(manifests, max_seq_length, max_predictions_per_seq, record_schema != "unmasked")
     masker = None
     if masking is not None:
@@ -407,9 +410,12 @@ def _dynamic_masker(
             f"have the {record_schema!r} layout and are already masked"
         )
     separators = [manifest_separator(m).token for m in manifests]
-    return masker_from_options(
+    masker = masker_from_options(
         masking, max_seq_length, max_predictions_per_seq, separator_tokens=[t for t in separators if t]
     )
+    if masking.vocab_file is not None:  # (after: a vocabulary the writer refuses is refused in its words first)
+        require_records_vocabulary(masking.vocab_file, manifests)
+    return masker
 
 
 def _mask_base_seed(seed: Optional[int]) -> int:

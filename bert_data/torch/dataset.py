@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import ConfigError
+from ..format.manifest import require_records_vocabulary
 from ..reader.dynamic_masking import DynamicMaskingOptions
 from .dynamic import RecordMasker, epoch_base, masker_for, record_keys
 from .plan import consumed_by_worker, derive_seed, file_order, next_in_turn, reader_span, segments, worker_records
@@ -148,8 +149,11 @@ class PretrainingDataset(IterableDataset):
                 "vocab_file=..., masked_lm_prob=0.15) to mask them as the writer would "
                 "(bert_data.torch.DynamicMaskingOptions)"
             )
-        return masker_for(masking, self.source.max_seq_length, self.source.max_predictions_per_seq,
-                          self.source.separator_tokens)
+        masker = masker_for(masking, self.source.max_seq_length, self.source.max_predictions_per_seq,
+                            self.source.separator_tokens)
+        if masking.vocab_file is not None:  # (after: a vocabulary the writer refuses is refused in its words first)
+            require_records_vocabulary(masking.vocab_file, self.source.manifests)
+        return masker
 
     # --- sizes ----------------------------------------------------------------------------
 
@@ -216,6 +220,7 @@ class PretrainingDataset(IterableDataset):
         consumed_by_worker([math.ceil(n / size) for n in self._worker_records(max(1, num_workers))], batches)
         state = {"epoch": self.epoch, "batches": batches, "batch_size": size, "num_workers": num_workers}
         state.update({key: self._state_value(key) for key in _STATE_KEYS})
+        state["files"] = self.source.fingerprint()
         return state
 
     def _state_value(self, key: str) -> Any:
@@ -233,6 +238,10 @@ class PretrainingDataset(IterableDataset):
             if state[key] != self._state_value(key):
                 raise ConfigError(f"the state was saved with {key}={state[key]!r}, this dataset has "
                                   f"{key}={self._state_value(key)!r}: resume with the dataset the state was taken from")
+        if "files" in state and state["files"] != self.source.fingerprint():  # (states of older versions have none)
+            raise ConfigError("the state was saved reading other files (their names, records or bytes differ: "
+                              f"{state['files']} there, {self.source.fingerprint()} here): resume with the dataset "
+                              "the state was taken from")
         per_worker = [math.ceil(n / state["batch_size"]) for n in self._worker_records(max(1, state["num_workers"]))]
         consumed_by_worker(per_worker, state["batches"])  # a point past this rank's epoch is an error now
         self._control[_EPOCH] = state["epoch"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import storage
@@ -41,10 +41,11 @@ from ..format.checks import is_masked, layout_from_names
 from ..format.example_wire import parse_example
 from ..format.manifest import (
     Manifest, directory_reads, listed_count, load_file_manifest, load_manifest, manifest_layout, manifest_separator,
-    named_output_manifests, refuse_other_format, sequences_per_pack,
+    named_output_manifests, records_vocabulary, refuse_other_format, sequences_per_pack, size_problem,
 )
 from ..format.packed import is_packed
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, feature_length
+from ..output.journal import unfinished_run
 from ..output.naming import natural_key, shard_glob
 from ..storage import is_remote, require_regular_file
 
@@ -68,10 +69,31 @@ class RecordFiles:
     max_predictions_per_seq: int  # masked_lm_* slots; for unmasked records, the dynamic masking's (0: unknown)
     separator_tokens: Tuple[str, ...]  # the runs' --document_separator_token (never masked)
     sequences_per_pack: int = 0  # packed rows (--packing): max_sequences_per_pack; 0 for other layouts
+    manifests: Tuple[Manifest, ...] = field(default=(), compare=False)  # those of the files (their vocabulary)
 
     @property
     def total(self) -> int:
         return sum(self.counts)
+
+    def fingerprint(self) -> str:
+        """The files as a resume state knows them: each one's name, records and bytes (as its
+        manifest lists them, else its size; -1 for an unlisted URL), hashed. Another dataset of
+        as many records (another run's masking of one corpus) has other bytes; the same files
+        moved elsewhere keep it."""
+        import hashlib
+        import json
+
+        def size(path: str) -> int:
+            listed = next((m.data.get("bytes_per_shard", {}).get(os.path.basename(path)) for m in self.manifests
+                           if isinstance(m.data.get("bytes_per_shard"), dict)
+                           and os.path.basename(path) in m.data["bytes_per_shard"]), None)
+            if isinstance(listed, int):
+                return listed
+            local = storage.local_path_of(path)
+            return os.path.getsize(local) if not is_remote(local) and os.path.isfile(local) else -1
+
+        described = [(os.path.basename(path), count, size(path)) for path, count in zip(self.files, self.counts)]
+        return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
 
 
 def _patterns(file_pattern: FilePattern) -> List[str]:
@@ -162,10 +184,14 @@ def _matches(file_pattern: FilePattern) -> List[Tuple[str, Optional[Manifest]]]:
             paths = _glob(pattern)
             if not paths:
                 raise RecordFormatError(f"no TFRecord files match {pattern!r}")
+            for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths if not is_remote(p)}):
+                unfinished = unfinished_run(directory, *manifests.of_directory(directory))
+                if unfinished:  # (a glob into a run killed while publishing: some of its shards, never all)
+                    raise RecordFormatError(unfinished)
         for path in paths:
-            if path in seen:
+            if storage.file_identity(path) in seen:  # (one file named twice: ./A/x and A, a symlink)
                 continue
-            seen.add(path)
+            seen.add(storage.file_identity(path))
             if not is_remote(path) or path.startswith("file://"):  # a FIFO could block the reader
                 require_regular_file(storage.local_path_of(path), RecordFormatError)
             found.append((path, manifests.of_file(path)))
@@ -182,6 +208,9 @@ def _counts(matches: Sequence[Tuple[str, Optional[Manifest]]]) -> Tuple[List[int
     listed_in: List[str] = []
     for path, manifest in matches:
         count = listed_count(manifest, path)
+        changed = size_problem(manifest, storage.local_path_of(path)) if count is not None else None
+        if changed:
+            raise RecordFormatError(f"{changed}; write the output again (create_tfrecords needs --overwrite)")
         if count is None:
             if manifest is not None:
                 log.warning("%s is not listed in %s (not part of that output?): it is read, but its record count is "
@@ -331,9 +360,11 @@ def resolve(file_pattern: FilePattern, layout: Optional[str] = None, max_seq_len
             f"{files[0]}: the records have the {found!r} layout; bert_data.torch reads the layouts {', '.join(LAYOUTS)}"
         )
     pack = _sequences_per_pack(manifests, files) if is_packed(found) else 0
+    records_vocabulary(manifests)  # (one vocabulary, or an error naming them)
     counts, listed_in = _counts(matches)
     separators = tuple(sorted({t for t in (manifest_separator(m).token for m in manifests) if t}))
-    return RecordFiles(tuple(files), tuple(counts), tuple(listed_in), found, seq, pred or 0, separators, pack)
+    return RecordFiles(tuple(files), tuple(counts), tuple(listed_in), found, seq, pred or 0, separators, pack,
+                       tuple(manifests))
 
 
 def layout_features(layout: str, max_seq_length: int, max_predictions_per_seq: int,
