@@ -402,3 +402,26 @@ def test_overwrite_removes_only_plain_shard_names(per_shard, entries):
     for entry in doomed:
         assert entry == MANIFEST_NAME or entry in listed or (entry.startswith("examples-") and entry.endswith(".tfrecords"))
     assert set(doomed) <= set(entries)
+
+
+def test_a_named_file_is_checked_against_its_own_manifest_however_the_directory_is_spelled(tmp_path, monkeypatch):
+    """Two create_pretraining_data runs share b.tfrecords (the second rewrote it): its count is the
+    second run's manifest's, whether the directory is given as ``G`` or absolute (helper-28: ``G``
+    took the first run's stale count, an error)."""
+    torch_dataset = pytest.importorskip("bert_data.torch").PretrainingDataset
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "G").mkdir()
+    for run, outputs in ((0, "G/a.tfrecords,G/b.tfrecords"), (1, "G/b.tfrecords,G/c.tfrecords")):
+        corpus_file = tmp_path / f"corpus{run}.txt"
+        corpus_file.write_text("\n\n".join(" ".join(sentence(run * 200 + d * 5 + s) for s in range(4)).replace(". ", ".\n")
+                                           for d in range(12 + 6 * run)) + "\n", encoding="utf-8")
+        assert google_main([f"--input_file={corpus_file}", f"--output_file={outputs}", f"--vocab_file={vocab}",
+                            "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1", "--quiet",
+                            "--num_workers=1"]) == 0
+    second = json.loads((tmp_path / "G" / ".b.tfrecords.data_params.json").read_text())["instances_per_output_file"]
+    for spelling in ("G", str(tmp_path / "G")):
+        dataset = torch_dataset(spelling, batch_size=8)
+        counts = dict(zip((os.path.basename(f) for f in dataset.source.files), dataset.source.counts))
+        assert counts["b.tfrecords"] == second[next(k for k in second if k.endswith("b.tfrecords"))], spelling
+        assert sum(len(batch["input_ids"]) for batch in dataset) == dataset.num_records, spelling

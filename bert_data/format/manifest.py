@@ -210,9 +210,10 @@ def load_file_manifest(
         return directory_manifest
     base, own = os.path.basename(path), named_outputs_manifest_path(path)
     entries = named if named is not None else named_output_manifests(directory)
-    for candidate, data in sorted(entries, key=lambda entry: entry[0] != own):
+    mine = lambda candidate: os.path.abspath(candidate) == own  # noqa: E731  (however the caller spelled the directory)
+    for candidate, data in sorted(entries, key=lambda entry: not mine(entry[0])):
         if isinstance(data, str):
-            if candidate == own:
+            if mine(candidate):
                 raise ManifestError(f"{candidate}: {data}")
             continue
         outputs = data.get("output_files")
