@@ -152,3 +152,30 @@ def test_an_hdf5_file_declaring_samples_it_does_not_store_is_refused_before_read
                 dataset[i] = value
     assert insp.main([str(copy), "--stats", "--num_workers", "1"]) == 1
     assert "input_ids declares 1000000000 samples but stores 1024" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("listing", [None, {}, ["examples-1.tfrecords"]])
+def test_a_manifest_that_lists_no_file_is_damage_not_a_licence_to_read_every_shard(made, tmp_path, listing) -> None:
+    """instances_per_shard missing, empty or not a mapping: the readers read every *.tfrecords
+    of the directory (another run's included), with warnings only."""
+    copy = tmp_path / "A"
+    shutil.copytree(made["A"], copy)
+    shutil.copy(made["A3"] / "examples-1.tfrecords", copy / "other-1.tfrecords")
+    data = json.loads((copy / "data_params.json").read_text())
+    if listing is None:
+        del data["instances_per_shard"]
+    else:
+        data["instances_per_shard"] = listing
+    (copy / "data_params.json").write_text(json.dumps(data))
+    with pytest.raises(RecordFormatError, match=r"data_params.json lists no file \(its instances_per_shard is missing, "
+                                                r"empty or not a mapping\): it is damaged"):
+        PretrainingDataset(copy, batch_size=4)
+
+
+def test_the_parent_of_a_validation_split_names_its_two_outputs_to_the_reader(made, tmp_path) -> None:
+    out = tmp_path / "split"
+    assert create(base_args(made["metadata"], made["vocab"], out, validation_fraction=0.3, quiet=True)) == 0
+    with pytest.raises(RecordFormatError) as refused:
+        PretrainingDataset(out, batch_size=4)
+    assert str(refused.value).endswith(f"it holds the outputs train and validation (the halves of a --validation_fraction "
+                                       f"run, each its own dataset): read {out}/train and {out}/validation")

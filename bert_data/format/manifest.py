@@ -295,6 +295,24 @@ def listed_files(
     return ListedFiles(sorted(found, key=natural_key), paths) if paths else None
 
 
+def outputs_below(directory: str, verb: str = "inspect") -> str:
+    """'; it holds the outputs train and validation (...): inspect DIR/train and DIR/validation'
+    when subdirectories of ``directory`` are outputs (a --validation_fraction job's two halves:
+    said to a reader given their parent), else ''."""
+    try:
+        names = sorted(e.name for e in os.scandir(directory) if e.is_dir() and os.path.isfile(
+            os.path.join(e.path, MANIFEST_NAME)))
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    shown = [os.path.join(directory, name) for name in names[:3]]
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    why = " (the halves of a --validation_fraction run, each its own dataset)" if names == ["train", "validation"] else ""
+    return (f"; it holds the output{'s' if len(names) > 1 else ''} {' and '.join(names[:3])}{more}{why}: {verb} "
+            f"{' and '.join(shown)}{more}")
+
+
 def directory_reads(
     directory: str, manifest: Optional[Manifest], named: Sequence[Tuple[str, Union[Dict[str, Any], str]]],
     shard_like: Sequence[str], exists: Callable[[str], bool] = os.path.exists, unfinished_is_error: bool = True,
@@ -306,12 +324,18 @@ def directory_reads(
     :class:`RecordFormatError` when there is nothing to read or a listed file is missing."""
     refuse_other_format(directory, manifest)
     listed = listed_files(directory, manifest, named)
+    if listed is None and manifest is not None:  # (read as every shard-like file, another run's were read too)
+        raise RecordFormatError(
+            f"{manifest.path} lists no file (its instances_per_shard is missing, empty or not a mapping): it is damaged; "
+            "write the output again (rerun the command that made it; create_tfrecords needs --overwrite)"
+        )
     if listed is None:
         unfinished = unfinished_run(directory, manifest, named, exists) if unfinished_is_error else None
         if unfinished:
             raise RecordFormatError(unfinished)
         if not shard_like:
-            raise RecordFormatError(f"no TFRecord files match {os.path.join(directory, shard_glob())!r}")
+            raise RecordFormatError(f"no TFRecord files match {os.path.join(directory, shard_glob())!r}"
+                                    f"{outputs_below(directory, 'read') if '://' not in directory else ''}")
         return list(shard_like), None
     files = [os.path.join(directory, name) for name in listed.names]
     for path in files:

@@ -551,9 +551,10 @@ def check_piece(path: str, entry: Mapping) -> None:
     ``index.json`` entry records; else ValueError naming what differs."""
     raw = entry.get("raw_data") or {}
     with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size  # (before reading it whole: a huge sparse file is refused unread)
+        if raw.get("bytes") is not None and size != raw["bytes"]:
+            raise ValueError(f"{size} bytes where {MDS_INDEX_NAME} lists {raw['bytes']}: the file is damaged or replaced")
         data = handle.read()
-    if raw.get("bytes") is not None and len(data) != raw["bytes"]:
-        raise ValueError(f"{len(data)} bytes where {MDS_INDEX_NAME} lists {raw['bytes']}: the file is damaged or replaced")
     expected = (raw.get("hashes") or {}).get(PIECE_HASH)
     if expected is not None:
         from streaming.base.hashing import get_hash

@@ -31,12 +31,13 @@ from ..format.manifest import (
     manifest_layout,
     named_output_manifests,
     manifest_separator,
+    outputs_below,
     sequences_per_pack,
 )
 from ..output.journal import unfinished_run
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
-from ..output.naming import MANIFEST_NAME, natural_key, shard_glob
+from ..output.naming import natural_key, shard_glob
 from ..storage import file_identity, file_kind
 from . import InspectError
 
@@ -114,23 +115,6 @@ def directory_files(directory: str, notes: Optional[List[str]] = None) -> List[s
     return files
 
 
-def _outputs_below(directory: str) -> str:
-    """'; it holds the outputs train and validation: inspect each (...)' when subdirectories of
-    ``directory`` are outputs (a --validation_fraction job's two halves), else ''."""
-    try:
-        names = sorted(e.name for e in os.scandir(directory) if e.is_dir() and os.path.isfile(
-            os.path.join(e.path, MANIFEST_NAME)))
-    except OSError:
-        return ""
-    if not names:
-        return ""
-    shown = [os.path.join(directory, name) for name in names[:3]]
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    why = " (the halves of a --validation_fraction run, each its own dataset)" if names == ["train", "validation"] else ""
-    return (f"; it holds the output{'s' if len(names) > 1 else ''} {' and '.join(names[:3])}{more}{why}: inspect "
-            f"{' and '.join(shown)}{more}")
-
-
 def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> Tuple[List[InputFile], List[str]]:
     """Files to read (in order, without duplicates) and the directories given as PATH.
 
@@ -145,7 +129,7 @@ def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> T
         if os.path.isdir(p):
             found = directory_files(p, notes)
             if not found:
-                raise InspectError(f"{p}: directory holds no {shard_glob()} files{_outputs_below(p)}")
+                raise InspectError(f"{p}: directory holds no {shard_glob()} files{outputs_below(p)}")
             dirs.append(os.path.realpath(p))
             from_dir = True
         elif os.path.exists(p):
