@@ -366,9 +366,10 @@ def refuse_other_format(directory: str, manifest: Optional[Manifest]) -> None:
     found = output_format(manifest)
     if found != "tfrecord":
         reader = FORMAT_READERS.get(found, "that format's own reader")
+        how = (" (docs/packing.md)" if found == "hdf5" else  # (NVIDIA's samples: not rows for our collator)
+               " and bert_data.reader.collate.PretrainingCollator (docs/recipes.md, 'Train in PyTorch')")
         raise RecordFormatError(
-            f"{directory} holds {found} files (--output_format {found}), not TFRecords: read them with {reader} and "
-            f"bert_data.reader.collate.PretrainingCollator (docs/recipes.md, 'Train in PyTorch')"
+            f"{directory} holds {found} files (--output_format {found}), not TFRecords: read them with {reader}{how}"
         )
 
 
