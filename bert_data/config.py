@@ -254,6 +254,10 @@ def validate(config: Config, require_inputs: bool = True) -> None:
     _check_sizes(config)
     if not config.output_dir:
         raise ConfigError("--output_dir must not be empty: give a directory (default ./tfrecords/)")
+    scheme, sep, rest = config.output_dir.partition("://")
+    if sep and not rest.strip("/") and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
+        example = "file:///PATH/TO/DIR" if scheme == "file" else f"{scheme}://BUCKET/DIR"  # (s3:// made a local
+        raise ConfigError(f"--output_dir {config.output_dir} names no bucket or directory: give one ({example})")  # 's3:')
     if config.spacy_model == "":
         raise ConfigError("--spacy_model must not be empty: leave it out for the rule-based sentencizer")
     if config.max_seq_length < 5:

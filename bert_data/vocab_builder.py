@@ -192,6 +192,10 @@ def count_characters(corpus, normalizer, pre_tokenizer) -> Tuple[dict, dict, int
     return counts, inside, total
 
 
+MAX_VOCAB_SIZE = 1 << 22  # tokens a vocabulary may ask for (4,194,304: BERT's are ~30,000, multilingual ones ~250,000)
+MAX_COUNT = (1 << 31) - 1  # --min_frequency and --limit_alphabet at most (no corpus count is larger)
+
+
 def build_vocab(
     metadata_files: Sequence[str],
     input_files_prefix: str,
@@ -209,10 +213,11 @@ def build_vocab(
     ``options`` (input format, text key, encoding) how it will read the documents."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(f"--vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
-    if min_frequency < 1:
-        raise ConfigError(f"--min_frequency must be >= 1, got {min_frequency}")
-    if limit_alphabet < 1:
-        raise ConfigError(f"--limit_alphabet must be >= 1, got {limit_alphabet}")
+    if vocab_size > MAX_VOCAB_SIZE:  # (the trainer allocates for the size asked: 10^9 aborted the process, 70 GB)
+        raise ConfigError(f"--vocab_size must be at most {MAX_VOCAB_SIZE:,} (BERT's are ~30,000), got {vocab_size}")
+    for flag, value in (("--min_frequency", min_frequency), ("--limit_alphabet", limit_alphabet)):
+        if not 1 <= value <= MAX_COUNT:  # (past 2^64 the trainer raised OverflowError)
+            raise ConfigError(f"{flag} must be between 1 and {MAX_COUNT:,}, got {value}")
     from .metadata import scan_metadata
 
     summary = scan_metadata(metadata_files, input_files_prefix)  # fail fast on missing documents

@@ -285,6 +285,11 @@ def test_every_tool_says_one_line_when_stdout_is_full(corpus, tmp_path, tool) ->
     command = [sys.executable, *_tool_commands(corpus, tmp_path)[tool]]
     with open("/dev/full", "w") as full:
         process = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    if tool == "inspect_tfrecords":  # (its report is its output: not delivered, not exit 0; helper-29)
+        assert process.returncode == 3, process.stderr
+        assert _last_line(process.stderr) == (f"{tool}: could not write to standard output (No space left on device); "
+                                               f"the report was not written: free the device or write it elsewhere")
+        return
     assert process.returncode == 0, process.stderr
     assert _last_line(process.stderr) == (
         f"{tool}: could not write to standard output (No space left on device); the run itself is complete")

@@ -184,8 +184,12 @@ def test_inspect_outputs_naming_what_it_reads(corpus, tmp_path, capsys):
                          (vocab, "the vocabulary in use")):
         line = one_line(capsys, "inspect_tfrecords", insp.main, out, "--json", target)
         assert line == f"--json {target} is {what}; refusing to overwrite it (a file this run reads): name another output file"
-    line = one_line(capsys, "inspect_tfrecords", insp.main, shard, "--json", tmp_path / "x.json", "--plot", tmp_path / "x.json")
-    assert line == f"--plot {tmp_path / 'x.json'} is the file --json writes; give them different names"
+    line = one_line(capsys, "inspect_tfrecords", insp.main, shard, "--json", tmp_path / "x.png", "--plot", tmp_path / "x.png")
+    assert line == f"--plot {tmp_path / 'x.png'} is the file --json writes; give them different names"
+    for plot in ("x.json", "plots", "noext"):  # (matplotlib raised ValueError, or wrote PATH.png and said OK)
+        (tmp_path / "plots").mkdir(exist_ok=True)
+        line = one_line(capsys, "inspect_tfrecords", insp.main, shard, "--plot", tmp_path / plot)
+        assert line == f"--plot {tmp_path / plot}: give a file name ending in .png (the plot is a PNG)"
     assert all(p.read_bytes() == data for p, data in before.items())
     code, _, err = run(capsys, insp.main, out, "--json", tmp_path / "report.json", "--num_workers", "1")  # the advice
     assert code == 0 and json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["ok"], err

@@ -120,8 +120,8 @@ def test_limit_alphabet(tmp_path, tiny_corpus, capsys):
     [
         (["--vocab_size", "5"], "--vocab_size must be larger than the 5 special tokens"),
         (["--vocab_size", "20"], "is smaller than the 5 special tokens + "),
-        (["--min_frequency", "0"], "--min_frequency must be >= 1"),
-        (["--limit_alphabet", "0"], "--limit_alphabet must be >= 1"),
+        (["--min_frequency", "0"], "--min_frequency must be between 1 and 2,147,483,647, got 0"),
+        (["--limit_alphabet", "0"], "--limit_alphabet must be between 1 and 2,147,483,647, got 0"),
     ],
 )
 def test_bad_flags_exit_2(tmp_path, tiny_corpus, capsys, extra, message):

@@ -16,9 +16,10 @@ from typing import Any, Dict, Optional, Sequence
 from ..config import COMPRESSIONS, Config
 from ..format.containers import OUTPUT_FORMATS
 from ..documents import INPUT_FORMATS
-from ..errors import NOTHING_WRITTEN, BertDataError, print_error
+from ..errors import NOTHING_WRITTEN, BertDataError, ConfigError, print_error
 from ..presets import build_config, effective_yaml, preset_names
 from ..progress import RunProgress, run_summary
+from . import started_as_program
 from .cli import GivenOnce, OneLineParser, drop_stdout, resolve_log_level, unknown_log_level
 from .endings import emit, guarded, os_error, stopped, work_is_done
 
@@ -206,6 +207,9 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
 
     try:
         config = config_from_args(args)
+        if started_as_program() and config.output_dir.startswith("memory://"):  # (exit 0, then the data was gone)
+            raise ConfigError(f"--output_dir {config.output_dir}: memory:// lives in this process and is gone when it "
+                              f"exits; write to a path or a shared URL (memory:// is for a library caller of run_job)")
 
         started = time.perf_counter()
         if pipeline_args and config.runner != "beam":

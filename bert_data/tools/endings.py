@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from typing import Callable
+from typing import Callable, Dict
 
 from ..errors import Terminated, ignore_stop_signals, raise_on_sigterm
 from . import restore_default_interrupt, started_as_program
@@ -119,23 +119,32 @@ def emit(prog: str, text: str) -> None:
     if sys.stdout is None:
         return
     try:
-        sys.stdout.write(text + "\n")
+        try:
+            sys.stdout.write(text + "\n")
+        except UnicodeEncodeError:  # (PYTHONIOENCODING=ascii and a path with an é: the run is done, say it escaped)
+            encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+            sys.stdout.write((text + "\n").encode(encoding, "backslashreplace").decode(encoding))
     except OSError as exc:
         _stdout_failed(prog, exc)
         return
     flush_stdout(prog)
 
 
-def flush_stdout(prog: str) -> None:
+STDOUT_PRODUCT: Dict[str, str] = {}  # tool -> what its stdout carries when that is its output ("report": inspect)
+_STDOUT_LOST: Dict[str, bool] = {}  # tool -> its stdout could not be written (a closed pipe excepted)
+
+
+def flush_stdout(prog: str) -> bool:
     """Flush stdout now, not at exit: a reader that went away (``| head``) is not an error; a
-    stdout that cannot be written (``> /dev/full``) is one line on stderr (the run itself is
-    done); neither becomes a traceback when the interpreter flushes again at exit."""
-    if sys.stdout is None:
-        return
-    try:
-        sys.stdout.flush()
-    except OSError as exc:
-        _stdout_failed(prog, exc)
+    stdout that cannot be written (``> /dev/full``) is one line on stderr; neither becomes a
+    traceback when the interpreter flushes again at exit. Returns False when stdout could not
+    be written, now or before (:func:`emit`), a closed pipe excepted."""
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except OSError as exc:
+            _stdout_failed(prog, exc)
+    return not _STDOUT_LOST.get(prog, False)
 
 
 def _stdout_failed(prog: str, exc: OSError) -> None:
@@ -144,5 +153,8 @@ def _stdout_failed(prog: str, exc: OSError) -> None:
     except (OSError, ValueError):
         pass
     if not isinstance(exc, BrokenPipeError):
-        print(f"{prog}: could not write to standard output ({exc.strerror or exc}); the run itself is complete",
-              file=sys.stderr)
+        _STDOUT_LOST[prog] = True
+        product = STDOUT_PRODUCT.get(prog)
+        after = f"the {product} was not written: free the device or write it elsewhere" if product else \
+            "the run itself is complete"
+        print(f"{prog}: could not write to standard output ({exc.strerror or exc}); {after}", file=sys.stderr)

@@ -59,7 +59,7 @@ from ..inspection.report import format_stats, import_pyplot, shard_rows, write_p
 from ..inspection.stats import Inspection, inspect_files
 from ..identity import refuse_writing_over_inputs, written_over_input
 from .cli import OneLineParser, drop_stdout, terminal_bar
-from .endings import emit, flush_stdout, guarded, stopped
+from .endings import STDOUT_PRODUCT, emit, flush_stdout, guarded, stopped
 
 PROG = "inspect_tfrecords"
 
@@ -214,6 +214,9 @@ def _stats(args: argparse.Namespace, files: Sequence[InputFile], vocab: Optional
 def _check_outputs(args: argparse.Namespace, files: Sequence[InputFile], vocab: Optional[VocabInfo]) -> None:
     """--json and --plot never name a file this run reads: a record file, a manifest beside one,
     the vocabulary (:func:`bert_data.identity.refuse_writing_over_inputs`), nor each other."""
+    # (matplotlib raised ValueError for another suffix, and added .png to a name without one or to a directory)
+    if args.plot and (not args.plot.lower().endswith(".png") or os.path.isdir(args.plot)):
+        raise InspectError(f"--plot {args.plot}: give a file name ending in .png (the plot is a PNG)")
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--plot", args.plot)) if path and path != "-"]
     if len(outputs) == 2 and written_over_input([outputs[0][1]], [("--json", outputs[1][1])]):
         raise InspectError(f"--plot {args.plot} is the file --json writes; give them different names")
@@ -228,8 +231,10 @@ def _check_outputs(args: argparse.Namespace, files: Sequence[InputFile], vocab: 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    STDOUT_PRODUCT[PROG] = "report"  # (inspect's output: a stdout that cannot take it is not exit 0)
     code = guarded(PROG, lambda: _main(argv))
-    flush_stdout(PROG)  # now, so that a full or closed stdout is one line, not a traceback at exit
+    if not flush_stdout(PROG):  # now: a full or closed stdout is one line, not a traceback at exit
+        return code or 3
     return code
 
 
