@@ -283,6 +283,10 @@ def validate(config: Config, require_inputs: bool = True) -> None:
         raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {short_repr(config.compression)}")
     if not config.name or any(c in config.name for c in "/\\\0") or config.name in (".", ".."):
         raise ConfigError(f"--name {short_repr(config.name)} must be a plain file-name prefix (no slashes)")
+    if config.name.startswith(".") or any(ord(c) < 32 or ord(c) == 127 for c in config.name):
+        raise ConfigError(f"--name {short_repr(config.name)} must be a plain file-name prefix: not hidden (a leading "
+                          f"'.', which globs such as DIR/* miss) and without control characters (a newline breaks the "
+                          f"--input_file glob the run prints)")
     if len(config.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
         raise ConfigError(
             f"--name {short_repr(config.name)} is longer than {MAX_NAME_BYTES} bytes: a shard's file name "

@@ -179,3 +179,18 @@ def test_the_parent_of_a_validation_split_names_its_two_outputs_to_the_reader(ma
         PretrainingDataset(out, batch_size=4)
     assert str(refused.value).endswith(f"it holds the outputs train and validation (the halves of a --validation_fraction "
                                        f"run, each its own dataset): read {out}/train and {out}/validation")
+
+
+@pytest.mark.parametrize("spoiled", ["as text", "as a float"])
+def test_a_count_that_is_not_an_integer_is_a_mismatch_naming_it(made, tmp_path, capsys, spoiled) -> None:
+    """'228' said "holds 228 records, it holds 228"; 228.0 passed as OK."""
+    copy = tmp_path / "A"
+    shutil.copytree(made["A"], copy)
+    data = json.loads((copy / "data_params.json").read_text())
+    count = data["instances_per_shard"]["examples-1.tfrecords"]
+    data["instances_per_shard"]["examples-1.tfrecords"] = str(count) if spoiled == "as text" else float(count)
+    (copy / "data_params.json").write_text(json.dumps(data))
+    assert insp.main([str(copy), "--stats", "--num_workers", "1"]) == 1
+    value = repr(str(count)) if spoiled == "as text" else repr(float(count))
+    assert (f"instances_per_shard lists examples-1.tfrecords with {value}, not a record count ({count} records)"
+            in capsys.readouterr().out)

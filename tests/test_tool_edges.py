@@ -75,3 +75,13 @@ def test_inspects_report_that_stdout_cannot_take_is_not_exit_0(corpus, tmp_path)
     assert done.returncode == 3 and done.stderr.strip() == (
         "inspect_tfrecords: could not write to standard output (No space left on device); the report was not "
         "written: free the device or write it elsewhere"), done.stderr
+
+
+@pytest.mark.parametrize("name", ["a\nb", ".bert_data_work", ".hidden", "tab\there"])
+def test_a_name_that_hides_its_shards_or_breaks_the_printed_glob_is_refused(corpus, tmp_path, name) -> None:
+    """--name 'a\\nb' made files named across two lines and printed a broken --input_file glob;
+    --name .bert_data_work made hidden shards a DIR/* glob misses (helper-29)."""
+    from bert_data.tools.create import main
+
+    code = main(base_args(corpus["metadata"], corpus["vocab"], tmp_path / "out", name=name))
+    assert code == 2 and not (tmp_path / "out").exists()

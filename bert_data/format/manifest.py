@@ -643,8 +643,11 @@ def _check_counts(manifest: Manifest, observed: ObservedShards, check: ManifestC
         bad.append("instances_per_shard is missing")
         per_shard = {}
     for base, count in sorted(counts.items(), key=lambda kv: natural_key(kv[0])):
+        listed = per_shard.get(base)
         if base not in per_shard:
             check.warnings.append(f"{os.path.join(manifest.directory, base)} is not listed in {manifest.path}")
+        elif not isinstance(listed, int) or isinstance(listed, bool):  # ("228" said "holds 228 records, it holds 228")
+            bad.append(f"instances_per_shard lists {base} with {listed!r}, not a record count ({count} records)")
         elif per_shard[base] != count:
             bad.append(f"instances_per_shard says {base} holds {per_shard[base]} records, it holds {count}")
         changed = size_problem(manifest, os.path.join(manifest.directory, base)) if base in per_shard else None
