@@ -381,14 +381,38 @@ def listed_count(manifest: Optional[Manifest], path: str) -> Optional[int]:
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
+def listed_bytes(manifest: Optional[Manifest], path: str) -> Optional[int]:
+    """The bytes ``manifest`` says the file ``path`` holds (``bytes_per_shard``, keyed by file
+    name), or None when it does not list the file with an integer size."""
+    sizes = manifest.data.get("bytes_per_shard") if manifest is not None else None
+    listed = sizes.get(os.path.basename(path)) if isinstance(sizes, dict) else None
+    return listed if isinstance(listed, int) and not isinstance(listed, bool) else None
+
+
+def require_listed_size(manifest: Optional[Manifest], path: str) -> None:
+    """:func:`size_problem` as the readers' RecordFormatError, with the way on."""
+    changed = size_problem(manifest, path) if listed_count(manifest, path) is not None else None
+    if changed:
+        raise RecordFormatError(f"{changed}; write the output again (create_tfrecords needs --overwrite)")
+
+
+def refuse_unfinished_globs(paths: Sequence[str], of_directory: Callable[[str], Tuple[Optional[Manifest], Any]]) -> None:
+    """A glob's local matches never come from an unfinished run (killed while publishing: some of
+    its shards, never all), as its directory is refused (:func:`directory_reads`). ``of_directory``
+    gives a directory's ``(manifest, named manifests)``, as the reader has read them."""
+    for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths if "://" not in p}):
+        unfinished = unfinished_run(directory, *of_directory(directory))
+        if unfinished:
+            raise RecordFormatError(unfinished)
+
+
 def size_problem(manifest: Optional[Manifest], path: str) -> Optional[str]:
     """Why the local file ``path`` is not the one ``manifest`` lists (its ``bytes_per_shard``:
     another size), or None (the same size, not listed with one, a URL, or not there: said
     elsewhere). A shard swapped for another run's with as many records passes every count and
     record check; its size gives it away for one ``stat``."""
-    sizes = manifest.data.get("bytes_per_shard") if manifest is not None else None
-    listed = sizes.get(os.path.basename(path)) if isinstance(sizes, dict) else None
-    if not isinstance(listed, int) or isinstance(listed, bool) or "://" in path:
+    listed = listed_bytes(manifest, path)
+    if listed is None or "://" in path:
         return None
     try:
         actual = os.path.getsize(path)

@@ -32,8 +32,10 @@ from ..format.manifest import (
     named_output_manifests,
     manifest_separator,
     outputs_below,
+    refuse_unfinished_globs,
     sequences_per_pack,
 )
+from ..errors import RecordFormatError
 from ..output.journal import unfinished_run
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
@@ -115,6 +117,11 @@ def directory_files(directory: str, notes: Optional[List[str]] = None) -> List[s
     return files
 
 
+def _manifests_of(directory: str):
+    manifest = load_manifest(directory)
+    return manifest, (named_output_manifests(directory) if manifest is None else ())
+
+
 def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> Tuple[List[InputFile], List[str]]:
     """Files to read (in order, without duplicates) and the directories given as PATH.
 
@@ -139,11 +146,10 @@ def resolve_inputs(paths: Sequence[str], notes: Optional[List[str]] = None) -> T
             if not found:
                 raise InspectError(f"{p}: no file matches")
             found = [_regular(f, f" (matched by {p})") for f in found]
-            for directory in sorted({os.path.dirname(os.path.abspath(f)) for f in found}):
-                manifest = load_manifest(directory)
-                unfinished = unfinished_run(directory, manifest, named_output_manifests(directory) if manifest is None else ())
-                if unfinished:  # (a glob into a run killed while publishing: some of its shards, never all)
-                    raise InspectError(unfinished)
+            try:
+                refuse_unfinished_globs(found, _manifests_of)
+            except RecordFormatError as exc:
+                raise InspectError(str(exc)) from None
             from_dir = False
         else:
             raise InspectError(f"{p}: no such file or directory")

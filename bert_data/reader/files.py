@@ -37,11 +37,11 @@ from ..format.manifest import (
     load_file_manifest,
     load_manifest,
     named_output_manifests,
-    size_problem,
+    refuse_unfinished_globs,
+    require_listed_size,
 )
 from ..format.containers import rewritten_format_of
 from ..format.tfrecord import tfrecord_compression
-from ..output.journal import unfinished_run
 from ..output.naming import natural_key, shard_glob
 from ..storage import file_identity, file_kind, is_remote, require_regular_file
 
@@ -164,10 +164,7 @@ def resolve_reads(file_pattern: FilePattern, use_manifest: bool = True) -> FileS
             matches = sorted((m for m in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(m)), key=natural_key)
             if not matches:
                 raise RecordFormatError(f"no TFRecord files match {pattern!r}")
-            for directory in sorted({os.path.dirname(os.path.abspath(m)) for m in matches if not is_remote(m)}):
-                unfinished = unfinished_run(directory, *manifests.of_directory(directory))
-                if unfinished:  # (a glob into a run killed while publishing: some of its shards, never all)
-                    raise RecordFormatError(unfinished)
+            refuse_unfinished_globs(matches, manifests.of_directory)
         for match in matches:
             if file_identity(match) in seen:  # (one file named twice: ./A/x and A, a symlink)
                 continue
@@ -181,9 +178,7 @@ def resolve_reads(file_pattern: FilePattern, use_manifest: bool = True) -> FileS
             if not is_remote(match):
                 require_regular_file(match, RecordFormatError)
             manifest = manifests.of_file(match) if use_manifest else None
-            changed = size_problem(manifest, match) if listed_count(manifest, match) is not None else None
-            if changed:
-                raise RecordFormatError(f"{changed}; write the output again (create_tfrecords needs --overwrite)")
+            require_listed_size(manifest, match)
             found.add(match, manifest)
             if manifest is not None and found.expected[-1] < 0:
                 log.warning("%s is not listed in %s (not part of that output?): it is read, but its record count is not "

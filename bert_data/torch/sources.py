@@ -41,11 +41,11 @@ from ..format.checks import is_masked, layout_from_names
 from ..format.example_wire import parse_example
 from ..format.manifest import (
     Manifest, directory_reads, listed_count, load_file_manifest, load_manifest, manifest_layout, manifest_separator,
-    named_output_manifests, records_vocabulary, refuse_other_format, sequences_per_pack, size_problem,
+    named_output_manifests, records_vocabulary, refuse_other_format, refuse_unfinished_globs, require_listed_size,
+    listed_bytes, sequences_per_pack,
 )
 from ..format.packed import is_packed
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK, SCHEMAS, feature_length
-from ..output.journal import unfinished_run
 from ..output.naming import natural_key, shard_glob
 from ..storage import is_remote, require_regular_file
 
@@ -84,10 +84,8 @@ class RecordFiles:
         import json
 
         def size(path: str) -> int:
-            listed = next((m.data.get("bytes_per_shard", {}).get(os.path.basename(path)) for m in self.manifests
-                           if isinstance(m.data.get("bytes_per_shard"), dict)
-                           and os.path.basename(path) in m.data["bytes_per_shard"]), None)
-            if isinstance(listed, int):
+            listed = next((n for n in (listed_bytes(m, path) for m in self.manifests) if n is not None), None)
+            if listed is not None:
                 return listed
             local = storage.local_path_of(path)
             return os.path.getsize(local) if not is_remote(local) and os.path.isfile(local) else -1
@@ -184,10 +182,7 @@ def _matches(file_pattern: FilePattern) -> List[Tuple[str, Optional[Manifest]]]:
             paths = _glob(pattern)
             if not paths:
                 raise RecordFormatError(f"no TFRecord files match {pattern!r}")
-            for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths if not is_remote(p)}):
-                unfinished = unfinished_run(directory, *manifests.of_directory(directory))
-                if unfinished:  # (a glob into a run killed while publishing: some of its shards, never all)
-                    raise RecordFormatError(unfinished)
+            refuse_unfinished_globs(paths, manifests.of_directory)
         for path in paths:
             if storage.file_identity(path) in seen:  # (one file named twice: ./A/x and A, a symlink)
                 continue
@@ -208,9 +203,7 @@ def _counts(matches: Sequence[Tuple[str, Optional[Manifest]]]) -> Tuple[List[int
     listed_in: List[str] = []
     for path, manifest in matches:
         count = listed_count(manifest, path)
-        changed = size_problem(manifest, storage.local_path_of(path)) if count is not None else None
-        if changed:
-            raise RecordFormatError(f"{changed}; write the output again (create_tfrecords needs --overwrite)")
+        require_listed_size(manifest, storage.local_path_of(path))
         if count is None:
             if manifest is not None:
                 log.warning("%s is not listed in %s (not part of that output?): it is read, but its record count is "
