@@ -197,12 +197,27 @@ def atomic_create(path: str) -> Tuple[IO[bytes], Callable[[], None]]:
     return create(tmp), lambda: rename(tmp, path)
 
 
+WRITE_STEP = 1 << 20  # bytes handed to one write() of a large buffer (write_in_steps)
+
+
+def write_in_steps(handle: IO[bytes], data) -> None:
+    """``data`` (any contiguous buffer) written to ``handle``, at most :data:`WRITE_STEP` bytes a call.
+
+    Why: Linux 6.x gives one large write() of a new file large page-cache folios, and where free
+    memory of that order is cold (a VM whose unused memory the host takes back) allocating them
+    costs more than the copy: 92 MB written as 9 MB writes took 0.13-0.28 s here, as 1 MB writes
+    0.025 s (MDS pieces are written whole, 64 MB at most). Smaller writes cost nothing elsewhere."""
+    view = memoryview(data).cast("B")
+    for start in range(0, len(view), WRITE_STEP):
+        handle.write(view[start:start + WRITE_STEP])
+
+
 def _write_local(path: str, data: bytes, tmp: str, sync: bool) -> None:
     """``data`` to ``tmp``, then renamed to ``path``; the temporary file never outlives a failure
     (a full disk, a directory in the way), so nothing is left beside the output to clutter it."""
     try:
         with open(tmp, "wb") as handle:
-            handle.write(data)
+            write_in_steps(handle, data)
             if sync:
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -179,7 +179,7 @@ def test_a_stopping_run_stops_rewriting_shards(corpus, tmp_path):
     names = [f"s-{i}.mds" for i in range(len(sources))]
     with pytest.raises(OSError):
         rewrite_shards(sources, names, container_for("mds"), str(tmp_path / "b"), spec, place, threads=1)
-    assert placed == ["s-0.00000.mds"]  # the shards after the failing one were never begun
+    assert placed == ["s-0.00000.mds"]  # the shards after the failing one were never placed
 
 
 @pytest.mark.parametrize("fmt, in_the_way", [("tfrecord", "examples-2.tfrecords"), ("parquet", "examples-2.parquet"),

@@ -397,6 +397,59 @@ def test_frame_records_c_and_python_give_the_same_bytes(payloads, container):
     assert list(iter_records(io.BytesIO(with_c))) == list(payloads)
 
 
+# --------------------------------------------------------------------------------------
+# copy_ranges (MDS pieces: mds.PieceAppender)
+# --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400), st.data())
+def test_mds_pieces_take_the_same_sample_bytes_with_c_and_python(source, data):
+    """PieceAppender copies a batch's samples into its piece with ``copy_ranges`` or, without the
+    accelerator, a slice at a time: the same buffer and sizes either way, for any ranges."""
+    from bert_data.format import mds
+
+    ranges = data.draw(st.lists(st.tuples(st.integers(0, len(source)), st.integers(0, 40)), max_size=12))
+    starts = np.array([min(a, len(source)) for a, _ in ranges], np.int64)
+    lengths = np.array([min(b, len(source) - a) for a, b in zip(starts.tolist(), (b for _, b in ranges))], np.int64)
+
+    class Writer:  # (what PieceAppender reads of the writer between pieces)
+        size_limit, new_shard_size, extra_bytes_per_sample = None, 0, 4
+
+    def appended():
+        pieces = mds.PieceAppender(Writer())
+        pieces.HEADER_ROOM = 8
+        pieces.append(source, starts, lengths)
+        return pieces._buffer[8:8 + pieces._used].tobytes(), pieces.writer.new_shard_size
+
+    with_c, with_python = both(appended)
+    assert with_c == with_python
+    assert with_c[0] == b"".join(source[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
+
+
+@pytest.mark.parametrize("starts, lengths, at, size", [
+    ([0, 5], [5], 0, 10),  # counts differ
+    ([-1], [2], 0, 10),  # before the source
+    ([9], [2], 0, 10),  # past its end
+    ([0], [-1], 0, 10),  # a negative length
+    ([0], [8], 4, 10),  # out too small from at
+    ([0], [1], -1, 10),  # a negative at
+])
+def test_wire_copy_ranges_refuses_ranges_outside_its_buffers(wire, starts, lengths, at, size):
+    out = bytearray(size)
+    with pytest.raises(ValueError, match="copy_ranges"):
+        wire.copy_ranges(bytes(10), np.array(starts, np.int64), np.array(lengths, np.int64), out, at)
+    assert out == bytearray(size)
+
+
+def test_wire_copy_ranges_refuses_the_wrong_types(wire):
+    with pytest.raises(TypeError):
+        wire.copy_ranges(b"abc", np.array([0], np.int32), np.array([1], np.int64), bytearray(4), 0)
+    with pytest.raises(BufferError):  # (out must be writable)
+        wire.copy_ranges(b"abc", np.array([0], np.int64), np.array([1], np.int64), b"read-only", 0)
+    assert wire.copy_ranges(b"abc", np.array([1, 0], np.int64), np.array([2, 1], np.int64), bytearray(4), 1) == 4
+
+
 def test_crc32c_of_every_length_and_alignment_is_the_reference_crc(wire):
     """The C CRC32C (three interleaved streams of 256 bytes, joined by shift tables, then single
     words and bytes) is the reference CRC at every length around its 768-byte runs and at every

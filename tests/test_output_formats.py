@@ -24,6 +24,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import base_args, published_files, write_corpus, write_vocab
 from conftest import need as _need
 
+from bert_data import storage
 from bert_data.config import Config
 from bert_data.format.batch_decode import decode_examples, iter_record_batches
 from bert_data.format.columns import ColumnError, from_columns, rows_to_batch, to_columns
@@ -405,12 +406,14 @@ def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path
                               hashes=[mds.PIECE_HASH], size_limit=limit, max_workers=1)]
     pieces = mds.PieceAppender(writers[0])
     pieces.HEADER_ROOM = data.draw(st.sampled_from([mds.PieceAppender.HEADER_ROOM, 16, 64]))
-    for a, b in zip([0] + cuts, cuts + [n]):
-        batch = to_columns({k: v[a:b] for k, v in features.items()}, layout)
-        pieces.append_samples(mds.encode_samples(writers[0], batch))
-        for row in batch.iter_rows():
-            writers[1].write(row)
-    pieces.finish()
+    with pytest.MonkeyPatch.context() as patch:  # (a piece is written a step at a time: steps of a few bytes too)
+        patch.setattr(storage, "WRITE_STEP", data.draw(st.sampled_from([storage.WRITE_STEP, 7, 1000])))
+        for a, b in zip([0] + cuts, cuts + [n]):
+            batch = to_columns({k: v[a:b] for k, v in features.items()}, layout)
+            pieces.append_samples(mds.encode_samples(writers[0], batch))
+            for row in batch.iter_rows():
+                writers[1].write(row)
+        pieces.finish()
     writers[1].finish()
     names = sorted(os.listdir(root / "rows"))
     assert sorted(os.listdir(root / "bulk")) == names and len(names) >= 2

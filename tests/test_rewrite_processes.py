@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import threading
 from pathlib import Path
 from typing import Dict, List
 
@@ -259,7 +260,7 @@ def test_rewrite_threads_that_cannot_start_are_out_of_memory(tmp_path, monkeypat
     from bert_data.format.containers import container_for
 
     class NoThreads:
-        def __init__(self, max_workers: int) -> None:
+        def __init__(self, max_workers: int, **names) -> None:
             pass
 
         def map(self, function, items):
@@ -273,3 +274,51 @@ def test_rewrite_threads_that_cannot_start_are_out_of_memory(tmp_path, monkeypat
     with pytest.raises(MemoryError, match="no memory for the threads that rewrite the shards"):
         rewrite.rewrite_shards([str(tmp_path / "a")], ["a.mds"], container_for("mds"), str(tmp_path / "out"), None,
                                lambda name: None, threads=2)
+
+
+def test_shards_are_placed_by_the_rewriting_thread_when_no_placing_thread_starts(tmp_path, monkeypatch) -> None:
+    """Each shard's files are placed (fsync, rename) on a thread of their own while the next shard
+    is rewritten; where that thread cannot start, the shard's own thread places them: the same
+    files, in the same places."""
+    _need("streaming")
+    import numpy as np
+
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+    from bert_data.format.mds import frame_samples
+
+    rows = {"input_ids": np.array([[101, 7, 102, 0]] * 3, np.int32), "input_mask": np.array([[1, 1, 1, 0]] * 3, np.int32),
+            "segment_ids": np.array([[0, 0, 1, 0]] * 3, np.int32), "masked_lm_positions": np.array([[1, 0]] * 3, np.int64),
+            "masked_lm_ids": np.array([[7, 0]] * 3, np.int64), "masked_lm_weights": np.array([[1, 0]] * 3, np.float32),
+            "next_sentence_labels": np.array([[0]] * 3, np.int32)}
+    (_, run, _), = frame_samples(rows, np.zeros(3, np.int64), "nsp")
+    sources = []
+    for shard in range(3):
+        sources.append(str(tmp_path / f"{shard}.partial"))
+        (tmp_path / f"{shard}.partial").write_bytes(bytes(run))
+    real = rewrite.ThreadPoolExecutor
+
+    class NoPlacingThreads(real):
+        def submit(self, function, *args, **kwargs):
+            if self._thread_name_prefix == "bert_data-place":
+                raise RuntimeError("can't start new thread")
+            return super().submit(function, *args, **kwargs)
+
+    results = {}
+    for case in ("threads", "no placing thread"):
+        if case != "threads":
+            monkeypatch.setattr(rewrite, "ThreadPoolExecutor", NoPlacingThreads)
+        placed, out = [], tmp_path / case
+        final = tmp_path / f"{case} placed"
+        final.mkdir()
+
+        def place(name: str) -> None:
+            placed.append((threading.current_thread().name.rsplit("_", 1)[0], name))
+            os.replace(out / name, final / name)
+
+        per_file, _ = rewrite.rewrite_shards(sources, [f"s-{i}.mds" for i in range(3)], container_for("mds"), str(out),
+                                             layout_spec("nsp", 4, 2), place, threads=1)
+        results[case] = (per_file, {p.name: p.read_bytes() for p in final.iterdir()}, placed)
+    assert results["threads"][:2] == results["no placing thread"][:2] and len(results["threads"][1]) == 3
+    assert {thread for thread, _ in results["threads"][2]} == {"bert_data-place"}
+    assert {thread for thread, _ in results["no placing thread"][2]} != {"bert_data-place"}

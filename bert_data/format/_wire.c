@@ -1911,6 +1911,50 @@ done:
     return result;
 }
 
+/* copy_ranges: src[starts[i] : starts[i] + lengths[i]] for each i, back to back into out from at
+ * (MDS's PieceAppender: a batch of frames' samples into a piece, ~43,000 of them per 92 MB, where a
+ * Python slice assignment each cost 0.06 s). Returns the end; every range is checked first. */
+static PyObject *copy_ranges(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    Py_ssize_t at;
+    if (!PyArg_ParseTuple(args, "OOOOn", &o[0], &o[1], &o[2], &o[3], &at)) return NULL;
+    Py_buffer v[4];
+    Py_ssize_t count[2];
+    int got = 0;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(o[0], &v[0], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got = 1;
+    if (!any_vector(o[1], &v[1], 0, 'q', 8, 0, 0, &count[0], "copy_ranges")) goto done;
+    got = 2;
+    if (!any_vector(o[2], &v[2], 0, 'q', 8, 0, 0, &count[1], "copy_ranges")) goto done;
+    got = 3;
+    if (PyObject_GetBuffer(o[3], &v[3], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got = 4;
+    const int64_t *starts = v[1].buf, *lengths = v[2].buf;
+    int64_t total = 0;
+    int ok = count[0] == count[1] && at >= 0;
+    for (Py_ssize_t i = 0; i < count[0] && ok; i++) {
+        ok = starts[i] >= 0 && lengths[i] >= 0 && lengths[i] <= (int64_t)v[0].len && starts[i] <= (int64_t)v[0].len - lengths[i];
+        total += ok ? lengths[i] : 0;
+    }
+    if (!ok || total > (int64_t)v[3].len - (int64_t)at) {
+        PyErr_SetString(PyExc_ValueError, "copy_ranges: a range outside src, or out too small");
+        goto done;
+    }
+    char *out = (char *)v[3].buf + at;
+    const char *src = v[0].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count[0]; i++) {
+        memcpy(out, src + starts[i], (size_t)lengths[i]);
+        out += lengths[i];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(at + (Py_ssize_t)total);
+done:
+    for (int k = got - 1; k >= 0; k--) PyBuffer_Release(&v[k]);
+    return result;
+}
+
 /* ---------------------------------------------------------------- best_fill (--packing) */
 
 /* bert_data.packing.best_fill, step for step (its docstring says what and why; the Python is the
@@ -2983,6 +3027,7 @@ static PyMethodDef methods[] = {
      "next_sentence_positions, next_sentence_labels, next_sentence_weights) -> ok"},
     {"prefix_counts", prefix_counts, METH_VARARGS, "(values, width, counts) -> ok: each row's leading nonzero count"},
     {"gather_prefixes", gather_prefixes, METH_VARARGS, "(values, width, counts, out, at) -> ok: rows' prefixes back to back"},
+    {"copy_ranges", copy_ranges, METH_VARARGS, "(src, starts, lengths, out, at) -> end: the byte ranges back to back"},
     {"best_fill", best_fill_c, METH_VARARGS, "(lengths, predictions, order, max_length, budget, K, members, depths) -> rows"},
     {"plan_pairs", plan_pairs, METH_VARARGS,
      "(state, sop, max_num_tokens, short_seq_prob, min_short_seq_length, off, doc_starts, neg_off, neg_starts, base, "
@@ -3013,7 +3058,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 12) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 13) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -54,6 +54,8 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
+from ..storage import write_in_steps
+from . import native
 from .batch_decode import iter_record_batches
 from .columns import (
     KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_column, native_counts, rows_to_batch,
@@ -390,14 +392,23 @@ def _gather_rows(parts: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]], n: 
 @functools.lru_cache(maxsize=None)
 def _piece_writer_class(writer_class):
     """``writer_class`` (streaming's ``MDSWriter``) whose ``encode_joint_shard`` returns the piece
-    a :class:`PieceAppender` made; everything else (naming, hashing, writing the file, the index
-    entry, the index) is the writer's own ``flush_shard`` and ``finish``."""
+    a :class:`PieceAppender` made; everything else (naming, hashing, the index entry, the index)
+    is the writer's own ``flush_shard`` and ``finish``, and so is writing the file (``_process_file``)
+    but for its write() calls, made at most 1 MB each."""
 
     class PieceWriter(writer_class):
         piece: Optional[memoryview] = None
 
         def encode_joint_shard(self):
             return self.piece
+
+        def _process_file(self, raw_data, raw_basename, zip_basename):  # (the writer's, written in steps)
+            if zip_basename:
+                return super()._process_file(raw_data, raw_basename, zip_basename)
+            raw_info = self._hash(raw_data, raw_basename)
+            with open(os.path.join(self.local, raw_basename), "wb") as out:
+                write_in_steps(out, raw_data)
+            return raw_info, None
 
     PieceWriter.__name__ = PieceWriter.__qualname__ = f"Piece{writer_class.__name__}"
     return PieceWriter
@@ -466,9 +477,13 @@ class PieceAppender:
         if self.HEADER_ROOM + self._used + total > len(self._buffer):
             self._grow(self.HEADER_ROOM + self._used + total)
         out, at = self._view, self.HEADER_ROOM + self._used
-        for start, length in zip(starts.tolist(), lengths.tolist()):
-            out[at:at + length] = view[start:start + length]
-            at += length
+        wire = native.wire()
+        if wire is not None:  # (one C loop of memcpy; the Python loop is the reference, ~1.4 us a sample)
+            wire.copy_ranges(view, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), out, at)
+        else:
+            for start, length in zip(starts.tolist(), lengths.tolist()):
+                out[at:at + length] = view[start:start + length]
+                at += length
         self._used += total
         self._sizes.append(lengths)
         self.writer.new_shard_size += size

@@ -30,7 +30,7 @@ import errno
 import os
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import OutputError, RecordFormatError
@@ -181,36 +181,62 @@ Done = List[Tuple[Files, object]]  # each shard's files and sidecar entries, in 
 
 def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container, directory: str, spec: ShardSpec,
                         place: Callable[[str], None], threads: int, bounds: Sequence[int]) -> Done:
+    """:func:`rewrite_shard` of every shard on ``threads`` threads; each shard's files are placed
+    (``place``: an fsync, then a rename) on threads of their own while the next shards are
+    rewritten: an fsync waits on the disk (~5 ms per 9 MB here), which the rewriting need not."""
     stop = threading.Event()  # set when the run stops: the other shards' writers give up within a batch
     failures: List[BaseException] = []  # a shard's own error, before it stopped the others
+    at_once = max(1, min(threads, len(names)))
+    placer = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="bert_data-place")
+    placing: List[Future] = []
+
+    def failed(exc: BaseException) -> None:
+        failures.append(exc)  # (before the others stop: an earlier shard's RewriteStopped names this one)
+        stop.set()  # one shard failed: the others stop too (the run fails with this shard's error)
+
+    def place_files(files: Files) -> None:
+        if stop.is_set():  # (another shard failed, or the run stops: nothing more is placed)
+            raise RewriteStopped(files[0][0] if files else "")
+        try:
+            for name, _ in files:
+                place(name)
+        except BaseException as exc:
+            failed(exc)
+            raise
 
     def one(shard: int) -> Tuple[Files, object]:
         if stop.is_set():
             raise RewriteStopped(names[shard])
         try:
             files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop, bounds[shard])
-            for name, _ in files:
-                place(name)
+            try:
+                placing.append(placer.submit(place_files, files))
+            except RuntimeError:  # (no thread to be had: placed here and now)
+                place_files(files)
         except RewriteStopped:
             raise
         except BaseException as exc:
-            failures.append(exc)  # (before the others stop: an earlier shard's RewriteStopped names this one)
-            stop.set()  # one shard failed: the others stop too (the run fails with this shard's error)
+            if not failures or failures[-1] is not exc:
+                failed(exc)
             raise
         return files, entries
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(threads, len(names))))
+    pool = ThreadPoolExecutor(max_workers=at_once)
     try:
         done = list(pool.map(one, range(len(names))))
+        for future in list(placing):
+            future.result()
     except BaseException as exc:  # SIGTERM / Ctrl-C in the coordinator, or a shard's error: stop the rest now
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        placer.shutdown(wait=True, cancel_futures=True)  # (files not placed stay in directory: --resume clears them)
         if isinstance(exc, RewriteStopped) and failures:  # (map gives results in shard order: an earlier shard
             raise failures[0] from None  # stopped by a later one's error comes first; that error is the run's)
         if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):  # (ulimit -v, a thread limit)
             raise MemoryError("no memory for the threads that rewrite the shards") from None
         raise
     pool.shutdown(wait=True)
+    placer.shutdown(wait=True)
     return done
 
 
