@@ -411,10 +411,10 @@ def file_kind(path: str) -> Optional[str]:
 
 def require_regular_file(path: str, error: type, where: str = "") -> None:
     """Raise ``error`` (one line) unless the local ``path`` is a regular file the readers may
-    open (:func:`file_kind`): the tf.data reader and ``bert_data.torch`` give the same words."""
+    open (:func:`file_kind`): the tf.data reader, ``bert_data.torch`` and inspect give the same words."""
     try:
         kind = file_kind(path)
     except OSError as exc:
         raise error(f"cannot read {path}{where} ({exc.strerror or exc})") from None
-    if kind is not None:
-        raise error(f"{path}{where} is {kind}, not a TFRecord file; give regular files (or an output directory)")
+    if kind is not None:  # (any format's shard: a Parquet, MDS or HDF5 file too)
+        raise error(f"{path}{where} is {kind}, not a regular file; give regular files (or an output directory)")

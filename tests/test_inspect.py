@@ -893,7 +893,7 @@ def test_parallel_read_reports_the_first_unreadable_file(tmp_path, vocab, capsys
         for workers in ("1", "2"):
             code, out, err = run(capsys, *argv, "--num_workers", workers)
             assert code == 2 and out == ""  # refused before any file is read: a socket cannot be opened
-            assert err == (f"inspect_tfrecords: error: {unreadable} is a socket, not a TFRecord file; give regular "
+            assert err == (f"inspect_tfrecords: error: {unreadable} is a socket, not a regular file; give regular "
                            "files (or an output directory)\n")
     finally:
         sock.close()

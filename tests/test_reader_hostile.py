@@ -119,6 +119,20 @@ def test_a_shard_that_became_a_fifo_after_the_dataset_was_made_is_an_error_not_a
         _records(dataset)
 
 
+def test_a_fifo_in_place_of_another_formats_shard_is_not_called_a_tfrecord_file(made, tmp_path, capsys) -> None:
+    """A FIFO where an HDF5 output lists a file was said to be "not a TFRecord file" (of a run
+    that wrote no TFRecords); the words are the same for every format, in one place."""
+    copy = tmp_path / "H"
+    shutil.copytree(made["H"], copy)
+    shard = copy / "examples-2.hdf5"
+    shard.unlink()
+    os.mkfifo(shard)
+    capsys.readouterr()
+    assert insp.main([str(copy), "--stats"]) == 2
+    assert capsys.readouterr().err == (f"inspect_tfrecords: error: {shard} (listed in {copy / 'data_params.json'}) is a "
+                                       f"FIFO, not a regular file; give regular files (or an output directory)\n")
+
+
 def test_a_glob_into_an_unfinished_run_is_refused_as_its_directory_is(made, tmp_path, capsys) -> None:
     """Killed after renaming its shards, before its manifest: the directory was refused, the glob
     that create_tfrecords prints for training read what was there (some of the shards, maybe)."""

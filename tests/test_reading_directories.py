@@ -311,13 +311,13 @@ def test_fifos_are_one_line_never_a_hang(corpus, tmp_path, capsys, tf):
 
     fifo = tmp_path / "x-1.tfrecords"
     os.mkfifo(fifo)
-    said = f"{fifo} is a FIFO, not a TFRecord file; give regular files (or an output directory)"
+    said = f"{fifo} is a FIFO, not a regular file; give regular files (or an output directory)"
     for argv in ([fifo, "--stats"], [fifo, "--vocab_file", corpus[1]], [tmp_path / "x-*.tfrecords", "--stats"]):
         code = finishes(lambda: insp.main([str(a) for a in argv]), [fifo])
         out, err = capsys.readouterr()
         matched = f" (matched by {argv[0]})" if "*" in str(argv[0]) else ""
         assert code == 2 and out == "" and err == f"inspect_tfrecords: error: {said.replace(' is a', matched + ' is a', 1)}\n"
-    with pytest.raises(RecordFormatError, match="is a FIFO, not a TFRecord file"):
+    with pytest.raises(RecordFormatError, match="is a FIFO, not a regular file"):
         finishes(lambda: reader_count(fifo), [fifo])
     # in an output directory: without a manifest it would be read (refused); a manifest's listed
     # shard that is a FIFO is refused too; one it does not list is only named

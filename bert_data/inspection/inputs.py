@@ -40,7 +40,7 @@ from ..output.journal import unfinished_run
 from ..format.schema import DEFAULT_SEQUENCES_PER_PACK
 from ..format.tfrecord import tfrecord_compression
 from ..output.naming import natural_key, shard_glob
-from ..storage import file_identity, file_kind
+from ..storage import file_identity, require_regular_file
 from . import InspectError
 
 __all__ = [
@@ -72,12 +72,7 @@ class InputFile:
 
 def _regular(path: str, where: str = "") -> str:
     """``path``, or :class:`InspectError` (exit 2) when it is not a regular file."""
-    try:
-        kind = file_kind(path)
-    except OSError as exc:
-        raise InspectError(f"{path}{where}: cannot be read ({exc.strerror or exc})") from None
-    if kind is not None:
-        raise InspectError(f"{path}{where} is {kind}, not a TFRecord file; give regular files (or an output directory)")
+    require_regular_file(path, InspectError, where)
     return path
 
 
