@@ -133,6 +133,21 @@ def test_a_fifo_in_place_of_another_formats_shard_is_not_called_a_tfrecord_file(
                                        f"FIFO, not a regular file; give regular files (or an output directory)\n")
 
 
+@pytest.mark.parametrize("link", ["a loop", "dangling"])
+def test_a_listed_shard_that_is_a_broken_link_is_not_called_missing(made, tmp_path, link) -> None:
+    """A shard replaced by a symbolic link to itself was "missing from" its directory (it is
+    there, as a link that cannot be followed): the line says so, with the system's reason."""
+    copy = tmp_path / "A"
+    shutil.copytree(made["A"], copy)
+    shard = copy / "examples-2.tfrecords"
+    shard.unlink()
+    shard.symlink_to(shard.name if link == "a loop" else tmp_path / "nowhere")
+    reason = "Too many levels of symbolic links" if link == "a loop" else "No such file or directory"
+    with pytest.raises(RecordFormatError, match=rf"examples-2.tfrecords \(listed in .*data_params.json\) is a symbolic link "
+                                                rf"that cannot be followed \({reason}\): point it at the file"):
+        PretrainingDataset(copy, batch_size=4)
+
+
 def test_a_glob_into_an_unfinished_run_is_refused_as_its_directory_is(made, tmp_path, capsys) -> None:
     """Killed after renaming its shards, before its manifest: the directory was refused, the glob
     that create_tfrecords prints for training read what was there (some of the shards, maybe)."""

@@ -340,11 +340,21 @@ def directory_reads(
     files = [os.path.join(directory, name) for name in listed.names]
     for path in files:
         if not exists(path):
-            raise RecordFormatError(
-                f"{listed.manifests[0]} lists {os.path.basename(path)}, which is missing from {directory}: the output "
-                "is incomplete; write it again (rerun the command that made it; create_tfrecords needs --overwrite)"
-            )
+            raise RecordFormatError(_not_there(path, listed.manifests[0], directory))
     return files, listed.unlisted_warning(directory, shard_like)
+
+
+def _not_there(path: str, manifest_path: str, directory: str) -> str:
+    """Why a listed file cannot be read: missing, or (a local link: os.path.exists follows it)
+    a symbolic link that leads nowhere, a loop or a dangling one, which is not a missing file."""
+    if "://" not in path and os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            return (f"{path} (listed in {manifest_path}) is a symbolic link that cannot be followed ({exc.strerror or exc}): "
+                    "point it at the file, or write the output again (create_tfrecords needs --overwrite)")
+    return (f"{manifest_path} lists {os.path.basename(path)}, which is missing from {directory}: the output is "
+            "incomplete; write it again (rerun the command that made it; create_tfrecords needs --overwrite)")
 
 
 def output_format(manifest: Optional[Manifest]) -> str:
