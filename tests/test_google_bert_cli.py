@@ -338,6 +338,33 @@ def test_rerun_overwrites_only_the_named_files(capsys, layout):
     assert output.read_bytes() != first and manifest_of(output)["seed"] == 7 and other.read_text() == "mine"
 
 
+def test_a_run_replacing_another_runs_file_takes_it_off_that_runs_manifest(capsys, layout):
+    """Run 1 wrote a,b; run 2 wrote b,c. Run 1's hidden manifest still listed b with run 1's
+    count: inspect of the directory said "MISMATCH ... lists b, which is missing", and readers
+    of run 1's files took run 2's b for run 1's. Run 1's manifest now lists a only (its count,
+    n_examples of a, b named as replaced); a run replacing all of a manifest's files removes it."""
+    from bert_data.tools import inspect as insp
+
+    out = layout["out"]
+    common = [f"--vocab_file={layout['vocab']}", "--quiet", "--num_workers=1"]
+    assert run(capsys, "--input_file=corpus/a.txt", f"--output_file={out / 'a'},{out / 'b'}", *common)[0] == 0
+    first = manifest_of(out / "a")
+    assert run(capsys, "--input_file=corpus/b-*.txt", f"--output_file={out / 'b'},{out / 'c'}", *common)[0] == 0
+    amended = manifest_of(out / "a")
+    assert amended["output_files"] == [str(out / "a")] and amended["output_files_replaced_later"] == [str(out / "b")]
+    assert amended["instances_per_output_file"] == {str(out / "a"): len(records(out / "a"))} == {
+        str(out / "a"): first["instances_per_output_file"][str(out / "a")]}
+    assert amended["n_examples"] == len(records(out / "a")) and "nsp_random_next" not in amended
+    assert manifest_of(out / "b")["output_files"] == [str(out / "b"), str(out / "c")]
+    capsys.readouterr()
+    assert insp.main([str(out), "--stats", "--quiet"]) == 0, capsys.readouterr()
+    assert run(capsys, "--input_file=corpus/a.txt", f"--output_file={out / 'a'}", *common)[0] == 0
+    assert run(capsys, "--input_file=corpus/a.txt", f"--output_file={out / 'b'},{out / 'c'}", *common)[0] == 0
+    assert sorted(p.name for p in out.glob(".*.data_params.json")) == [".a.data_params.json", ".b.data_params.json"]
+    assert run(capsys, "--input_file=corpus/a.txt", f"--output_file={out / 'c'},{out / 'b'}", *common)[0] == 0
+    assert sorted(p.name for p in out.glob(".*.data_params.json")) == [".a.data_params.json", ".c.data_params.json"]
+
+
 @pytest.mark.parametrize(
     "output, words",
     [

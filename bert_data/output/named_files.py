@@ -29,7 +29,9 @@ from ..config import output_settings
 from ..errors import ConfigError, OutputError, ResumeError
 from ..faults import crash_point
 from ..format.containers import require_tfrecord_shards
+from ..format.manifest import named_output_manifests
 from ..identity import documents_fingerprint
+from ..objectives import OBJECTIVES
 from ..identity import refuse_writing_over_inputs
 from ..storage import write_json_atomically
 from .journal import check_published_files, check_same_inputs, read_journal
@@ -218,6 +220,7 @@ class NamedFilesOutput(LocalDirOutput):
     def _publish_named(self, manifest: Mapping) -> Dict:
         outputs, beside, staging = self.named.outputs, self.named.manifest_path, self.output_dir
         _remove(beside)  # an older manifest must not describe the files being replaced
+        disown_replaced(outputs, beside)  # (nor another run's that lists some of them)
         for index, (shard, target) in enumerate(zip(self.shard_names, outputs)):
             source = os.path.join(staging, shard)
             if os.path.lexists(source):
@@ -232,6 +235,49 @@ class NamedFilesOutput(LocalDirOutput):
         write_json_atomically(beside, published)
         shutil.rmtree(staging, ignore_errors=True)
         return published
+
+
+REPLACED_KEY = "output_files_replaced_later"  # what a later run replaced, in a manifest that listed it
+
+
+def disown_replaced(outputs: Sequence[str], own_manifest: str) -> None:
+    """Every other run's hidden manifest in the outputs' directories (:func:`named_output_manifests`)
+    that lists one of ``outputs`` (by file name, as the readers match them) stops listing it: its
+    ``output_files``, ``instances_per_output_file`` and ``n_examples`` keep only its own files, the
+    replaced ones are named under :data:`REPLACED_KEY`, and a manifest left with no file goes.
+    Why: run 1 wrote a,b; run 2 wrote b,c. Run 1's manifest still listed b with run 1's counts,
+    so inspect of the directory called run 2's b "missing" from run 1, and a reader of run 1's
+    files read run 2's b as run 1's. Done before the files move: a kill in between leaves a
+    manifest listing fewer files, never one describing another run's."""
+    by_directory: Dict[str, set] = {}
+    for target in outputs:
+        by_directory.setdefault(os.path.dirname(os.path.abspath(target)), set()).add(os.path.basename(target))
+    for directory, names in by_directory.items():
+        for path, data in named_output_manifests(directory):
+            listed = data.get("output_files") if isinstance(data, dict) else None
+            if os.path.abspath(path) == os.path.abspath(own_manifest) or not isinstance(listed, list):
+                continue
+            replaced = [o for o in listed if isinstance(o, str) and os.path.basename(o) in names]
+            kept = [o for o in listed if o not in replaced]
+            if not replaced:
+                continue
+            if not kept:
+                _remove(path)
+                continue
+            per_file = data.get("instances_per_output_file")
+            per_file = per_file if isinstance(per_file, dict) else {}
+            amended = dict(data, output_files=kept, instances_per_output_file={
+                k: v for k, v in per_file.items() if k not in replaced})
+            gone = [per_file.get(o) for o in replaced]
+            if isinstance(data.get("n_examples"), int) and all(isinstance(n, int) for n in gone):
+                amended["n_examples"] = data["n_examples"] - sum(gone)
+            for counter in _PASS_COUNTERS:  # (the run's tallies of its instances: the files kept hold some of them)
+                amended.pop(counter, None)
+            amended[REPLACED_KEY] = list(data.get(REPLACED_KEY) or []) + replaced
+            write_json_atomically(path, amended)
+
+
+_PASS_COUNTERS = frozenset(name for row in OBJECTIVES.values() for name in row.pass_counters)
 
 
 def _move(source: str, target: str) -> None:
