@@ -147,6 +147,16 @@ def test_nothing_usable_is_an_error_and_publishes_nothing(tmp_path, capsys) -> N
     assert main(base_args(metadata, vocab, out)) == 0  # the corrected rerun needs no --overwrite
 
 
+def test_input_files_holding_no_document_are_said_so(tmp_path, capsys) -> None:
+    """An empty JSON Lines file said "0 documents read, all skipped (none)"."""
+    from bert_data.tools.create import main
+
+    metadata = _corpus_of(tmp_path, {"a.jsonl": b"", "b.jsonl": b"\n\n"})
+    assert main(base_args(metadata, write_vocab(tmp_path / "vocab.txt"), tmp_path / "out", input_format="jsonl")) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "create_tfrecords: error: no document was read (the input files hold none); nothing was published"]
+
+
 def test_bad_encoding_warns_with_the_worst_files_and_input_encoding_fixes_it(tmp_path, caplog) -> None:
     from bert_data.tools.create import main
 

@@ -54,6 +54,9 @@ def nothing_usable(stats: Counter) -> str:
         return (f"no <doc ...> block found: {plural(stats['wikiextractor_lines_outside_doc'], 'non-blank line')} outside any "
                 f"(--input_format wikiextractor reads WikiExtractor's output); for plain text pass --input_format text; "
                 f"nothing was published")
+    if not used and not read:  # (not "0 documents read, all skipped (none)")
+        why = f"skipped: {reasons}" if skipped else "the input files hold none"
+        return f"no document was read ({why}); nothing was published"
     if not used:
         return f"no usable document: {plural(read, 'document')} read, all skipped ({reasons}); nothing was published"
     if stats["sop_single_segment_chunks"] and not stats["nsp_negatives_unavailable"]:  # SOP: no random B to find

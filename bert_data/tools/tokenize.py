@@ -53,8 +53,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         if given[0] in ("validation_fraction", "validation_metadata_files"):  # (create --from_tokens refuses them too)
             return print_error(PROG, f"--{given[0]}: a cache holds the groups of one metadata list; split the metadata "
                                      f"first (split_metadata) and tokenize each half into a cache of its own")
-        return print_error(PROG, f"--{given[0]} is a create_tfrecords setting, not a tokenize one: the cache serves every "
-                                 f"{given[0]}; give it to create_tfrecords --from_tokens DIR")
+        return print_error(PROG, f"--{given[0]} is a create_tfrecords setting, not a tokenize one: one cache serves any "
+                                 f"value of it; give it to create_tfrecords --from_tokens DIR")
     if args.output_dir is None or "://" in args.output_dir:
         return print_error(PROG, "--output_dir is required: the local (or mounted) directory the token cache goes to")
     level = resolve_log_level(args.log_level, bool(args.quiet))
