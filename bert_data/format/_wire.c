@@ -1945,7 +1945,7 @@ static PyObject *copy_ranges(PyObject *self, PyObject *args) {
     const char *src = v[0].buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count[0]; i++) {
-        memcpy(out, src + starts[i], (size_t)lengths[i]);
+        memmove(out, src + starts[i], (size_t)lengths[i]); /* (memmove: a caller may pass overlapping buffers) */
         out += lengths[i];
     }
     Py_END_ALLOW_THREADS
