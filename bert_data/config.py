@@ -158,6 +158,7 @@ def short_repr(value: Any, most: int = 60) -> str:
 
 
 _OPTIONAL_TEXT = frozenset({"spacy_model", "vocab_file"})  # None or text
+_OPTIONAL_INTS = frozenset({"min_short_seq_length", "overlap_size"})  # None (derived from other settings) or an integer
 _PATH_LISTS = frozenset({"metadata_files", "validation_metadata_files"})
 
 
@@ -172,6 +173,9 @@ def value_problem(name: str, value: Any) -> str:
     elif name in _OPTIONAL_TEXT:
         if value is not None and not isinstance(value, str):
             return f"must be text, got {short_repr(value)}"
+    elif name in _OPTIONAL_INTS:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"must be an integer, got {short_repr(value)}"
     elif isinstance(default, bool):
         if not isinstance(value, bool):
             return f"must be true or false, got {short_repr(value)}"

@@ -2,16 +2,20 @@
 
 ``--config`` names a shipped preset or a YAML file (:func:`resolve_config`); the file is read
 with limits and a strict loader, and every key and value is checked against the Config's fields
-(:func:`load_yaml_config`). :func:`build_config` merges dataclass defaults < preset < explicit
-flags and validates the result once (:func:`bert_data.config.validate`); :func:`effective_yaml`
-writes a Config back as a preset (``--print_config``). The Config itself and its rules are
-:mod:`bert_data.config`'s, which does not import this module.
+(:func:`load_yaml_config`). A numeric setting is read from text by one parser, the flag's
+``type=`` and the file's alike (:func:`text_parser`: ``8M``, ``1e6``), so a file takes exactly
+the spellings the command line takes. :func:`build_config` merges dataclass defaults < preset <
+explicit flags and validates the result once (:func:`bert_data.config.validate`);
+:func:`effective_yaml` writes a Config back as a preset (``--print_config``). The Config itself
+and its rules are :mod:`bert_data.config`'s, which does not import this module.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from dataclasses import fields
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from .config import FIELD_NAMES, ZERO_MEANS, Config, short_repr, validate, value_problem
 from .errors import ConfigError
@@ -139,7 +143,7 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
 
     text = _read_config_text(path)
     try:
-        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+        data, spelled = _load_yaml(text)
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
         # ValueError: an integer of more than 4300 digits; RecursionError: [[[[...]]]] nested too deeply
         raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(exc)})") from None
@@ -158,11 +162,108 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
         close = difflib.get_close_matches(str(key), settable, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else " (the keys are the flag names, without --)"
         raise ConfigError(f"--config {path}: unknown setting {short_repr(key, 40)}{hint}")
-    for key, value in data.items():
+    read = {key: _as_the_flag_reads(path, key, value, spelled.get(key)) for key, value in data.items()}
+    for key, value in read.items():
         problem = value_problem(key, value)
         if problem:
             raise ConfigError(f"--config {path}: {key}: {problem}")
-    return data
+    return read
+
+
+def _load_yaml(text: str) -> Tuple[Any, Dict[str, str]]:
+    """The document (as ``yaml.load`` makes it, strictly), and how each top-level value written
+    as a plain scalar was spelled (``seed: 0x10``: ``0x10``): YAML 1.1 reads spellings as numbers
+    that the flag would refuse or read otherwise, and only the spelling tells."""
+    import yaml
+
+    loader = _strict_loader()(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    spelled: Dict[str, str] = {}
+    for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
+        if isinstance(key_node, yaml.ScalarNode) and isinstance(value_node, yaml.ScalarNode) and value_node.style is None:
+            spelled[key_node.value] = value_node.value
+    return data, spelled
+
+
+def _as_the_flag_reads(path: str, key: str, value: Any, spelled: Optional[str]) -> Any:
+    """A file's numeric value as its flag reads the same text (:func:`text_parser`): ``8M`` and
+    ``1e6`` are taken as on the command line, and a spelling that YAML 1.1 reads as a number but
+    the flag refuses or reads otherwise (``0x10``, ``017``, ``1:30``) is refused, never silently
+    another number. Anything else is left for :func:`bert_data.config.value_problem` to name."""
+    parse = text_parser(key)
+    if parse is None or isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return value
+    text = value if isinstance(value, str) else spelled
+    if text is None:
+        return value
+    try:
+        read = parse(text)
+    except argparse.ArgumentTypeError as exc:  # the flag's own words (byte_size, token_count)
+        if isinstance(value, str):
+            raise ConfigError(f"--config {path}: {key}: {exc}") from None
+        read = None
+    except (ValueError, OverflowError):  # int() and float(): value_problem's words, as before
+        read = None
+    if isinstance(value, str) or read == value:
+        return value if read is None else read
+    if read is None and value_problem(key, value):
+        return value  # (seed: 1.5: not an integer, whoever reads it)
+    form = f"--{key} takes {TEXT_FORMS[parse]}"
+    if read is None:
+        raise ConfigError(f"--config {path}: {key}: {text} is YAML 1.1's spelling of {value!r}, which --{key} does not "
+                          f"take; write {value!r} ({form})")
+    raise ConfigError(f"--config {path}: {key}: YAML 1.1 reads {text} as {value!r} but --{key} as {read!r}; write "
+                      f"the number you mean ({form})")
+
+
+def byte_size(text: str) -> int:
+    """A size: an integer with an optional K, M or G suffix (powers of 1024), e.g. 8M (the
+    ``type=`` of --group_bytes / --max_document_chars, and how a --config file's text is read)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    body = text.strip().upper().removesuffix("B")
+    scale = units.get(body[-1:], 1)
+    try:
+        value = float(body[:-1] if scale > 1 else body) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r} (an integer, or with K, M or G: 8M)") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r}")
+    return int(value)
+
+
+def token_count(text: str) -> int:
+    """An integer that may be written like 1e6 (as the Model Zoo's --buffer_size default)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}")
+    return int(value)
+
+
+# How each numeric setting is read from text, on the command line (argparse's ``type=``, which
+# raises ArgumentTypeError to have its words shown) and in a --config file alike; and the form
+# each takes, for the line that refuses another.
+_SPECIAL_PARSERS: Dict[str, Callable[[str], Any]] = {
+    "group_bytes": byte_size, "max_document_chars": byte_size, "buffer_size": token_count,
+}
+_PARSER_OF_TYPE: Dict[str, Callable[[str], Any]] = {"int": int, "Optional[int]": int, "float": float}
+_FIELD_TYPES = {f.name: str(f.type) for f in fields(Config)}
+TEXT_FORMS: Dict[Callable[[str], Any], str] = {
+    int: "a decimal integer", float: "a decimal number such as 0.1 or 1e-3",
+    byte_size: "an integer, or with K, M or G: 8M", token_count: "an integer, which may be written like 1e6",
+}
+
+
+def text_parser(name: str) -> Optional[Callable[[str], Any]]:
+    """The function that reads setting ``name`` from text (its flag's ``type=``), or None for a
+    setting that is text, a switch or a list."""
+    return _SPECIAL_PARSERS.get(name) or _PARSER_OF_TYPE.get(_FIELD_TYPES.get(name, ""))
 
 
 # Settings whose default is "" (none) that a given, empty value must not silently fall back to: an

@@ -17,7 +17,7 @@ from ..config import COMPRESSIONS, Config
 from ..format.containers import OUTPUT_FORMATS
 from ..documents import INPUT_FORMATS
 from ..errors import NOTHING_WRITTEN, BertDataError, ConfigError, print_error
-from ..presets import build_config, effective_yaml, preset_names
+from ..presets import build_config, byte_size, effective_yaml, preset_names, token_count
 from ..progress import RunProgress, run_summary
 from . import started_as_program
 from .cli import GivenOnce, OneLineParser, drop_stdout, resolve_log_level, unknown_log_level
@@ -101,9 +101,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
           f"~10 groups per worker (the log says how many), so lower it only for small corpora (default {d.split_num})",
           type=int)
     _flag(inst, "group_bytes", "a group's text at most, e.g. 8M: bounds a worker's memory; a larger file spans several "
-          "groups (default 8M)", type=_byte_size)
+          "groups (default 8M)", type=byte_size)
     _flag(inst, "max_document_chars", "longer documents are cut into consecutive pieces at line breaks, counted in "
-          "data_params.json (default 1M)", type=_byte_size)
+          "data_params.json (default 1M)", type=byte_size)
 
     out = parser.add_argument_group("output")
     _flag(out, "output_dir", f"where shards and data_params.json go (default {d.output_dir})")
@@ -261,31 +261,6 @@ def entry_point() -> None:
     sys.exit(main())
 
 
-def _byte_size(text: str) -> int:
-    """A size: an integer with an optional K, M or G suffix (powers of 1024), e.g. 8M."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    body = text.strip().upper().removesuffix("B")
-    scale = units.get(body[-1:], 1)
-    try:
-        value = float(body[:-1] if scale > 1 else body) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid size: {text!r} (an integer, or with K, M or G: 8M)") from None
-    if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"invalid size: {text!r}")
-    return int(value)
-
-
-def _token_count(text: str) -> int:
-    """An integer that may be written like 1e6 (as the Model Zoo's --buffer_size default)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}") from None
-    if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}")
-    return int(value)
-
-
 def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
     d = Config()
     obj = parser.add_argument_group("training objective (MLM-only / SOP)")
@@ -314,7 +289,7 @@ def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
         obj,
         "buffer_size",
         f"with --mlm_only: window tokens assembled and masked at once; bounds that memory (default {d.buffer_size})",
-        type=_token_count,
+        type=token_count,
     )
     pack = parser.add_argument_group("packing (docs/packing.md)")
     _bool_flag(pack, "packing", "padding-free rows: up to --max_sequences_per_pack instances per row, each with its own "
