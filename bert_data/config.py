@@ -160,6 +160,10 @@ def short_repr(value: Any, most: int = 60) -> str:
 _OPTIONAL_TEXT = frozenset({"spacy_model", "vocab_file"})  # None or text
 _OPTIONAL_INTS = frozenset({"min_short_seq_length", "overlap_size"})  # None (derived from other settings) or an integer
 _PATH_LISTS = frozenset({"metadata_files", "validation_metadata_files"})
+# Settings that name files or directories, resolved against the working directory (a --config
+# file's too: presets.FileSettings says so when one of its paths is not found)
+PATH_SETTINGS = ("metadata_files", "validation_metadata_files", "input_files_prefix", "vocab_file", "output_dir",
+                 "from_tokens", "scheduler_file")
 
 
 def value_problem(name: str, value: Any) -> str:

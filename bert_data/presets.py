@@ -5,19 +5,21 @@ with limits and a strict loader, and every key and value is checked against the 
 (:func:`load_yaml_config`). A numeric setting is read from text by one parser, the flag's
 ``type=`` and the file's alike (:func:`text_parser`: ``8M``, ``1e6``), so a file takes exactly
 the spellings the command line takes. :func:`build_config` merges dataclass defaults < preset <
-explicit flags and validates the result once (:func:`bert_data.config.validate`);
-:func:`effective_yaml` writes a Config back as a preset (``--print_config``). The Config itself
-and its rules are :mod:`bert_data.config`'s, which does not import this module.
+explicit flags and validates the result once (:func:`bert_data.config.validate`); an error about
+a value the file set names the file and the key (:class:`FileSettings`), not a flag the user
+never typed. :func:`effective_yaml` writes a Config back as a preset (``--print_config``). The
+Config itself and its rules are :mod:`bert_data.config`'s, which does not import this module.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import fields
+import re
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from .config import FIELD_NAMES, ZERO_MEANS, Config, short_repr, validate, value_problem
+from .config import FIELD_NAMES, PATH_SETTINGS, ZERO_MEANS, Config, short_repr, validate, value_problem
 from .errors import ConfigError
 
 MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines; a larger file is not one
@@ -286,9 +288,22 @@ def build_config(
 
     ``config_file`` is a path or the name of a shipped preset (:func:`resolve_config`);
     ``require_inputs=False`` (``--print_config``) lets --metadata_files / --vocab_file be absent."""
+    return configure(overrides, config_file, base, require_inputs)[0]
+
+
+def configure(
+    overrides: Mapping[str, Any],
+    config_file: Optional[str] = None,
+    base: Optional[Config] = None,
+    require_inputs: bool = True,
+) -> Tuple[Config, Optional["FileSettings"]]:
+    """:func:`build_config`, and what its ``config_file`` set that no override replaced (None
+    without one): a tool explains the run's later errors with it too (:meth:`FileSettings.explain`)."""
     values: Dict[str, Any] = {}
+    from_file = None
     if config_file is not None:
         values.update(load_yaml_config(resolve_config(config_file)))
+        from_file = FileSettings(config_file, {k: v for k, v in values.items() if overrides.get(k) is None})
     for name, what in EMPTY_IS_NOT_UNSET.items():  # (given as a flag: a preset, --print_config's included, writes "" for none)
         if isinstance(overrides.get(name), str) and not overrides[name].strip():
             raise ConfigError(f"--{name} is empty (an unset shell variable?): give {what}, or leave it out")
@@ -296,6 +311,16 @@ def build_config(
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    try:
+        return _merged(values, base, require_inputs), from_file
+    except ConfigError as exc:
+        if from_file is None:
+            raise
+        raise ConfigError(from_file.explain(str(exc))) from None
+
+
+def _merged(values: Dict[str, Any], base: Optional[Config], require_inputs: bool) -> Config:
+    """The Config of the merged ``values``, coerced to the fields' types and validated."""
     values = {k: _coerce(k, v) for k, v in values.items()}
     config = base.replace(**values) if base is not None else Config(**values)  # dependent defaults see the final values
     if config.disable_masking and config.unmasked_format == "tokens" and config.dupe_factor != 1:
@@ -307,6 +332,79 @@ def build_config(
         config = config.replace(dupe_factor=1)
     validate(config, require_inputs=require_inputs)
     return config
+
+
+# "--KEY VALUE ...", "--KEY must ...", "--KEY: ...", but not "--A and --B contradict" nor "--A/--B are for ..."
+_LEADING_FLAG = re.compile(r"--([a-z][a-z0-9_]*)(?::? |:$|$)(?!and --)")
+_FLAG_NAMED = re.compile(r"--([a-z][a-z0-9_]*)")
+_NOT_FOUND = ("does not exist", "no such", "not found", "matches no file")
+
+
+@dataclass(frozen=True)
+class FileSettings:
+    """The settings a --config file gave that no flag overrode. Errors name settings as flags
+    (``--max_seq_length -5 is too small``); about one of these, a user would look for the flag on
+    the command line and not find it, so :meth:`explain` points at the file instead."""
+
+    path: str  # as given to --config (a file's path, or a shipped preset's name)
+    values: Mapping[str, Any]
+
+    def explain(self, message: str, mentions: bool = True) -> str:
+        """``message`` with the file named where it speaks of the file's settings: a leading
+        ``--KEY ...`` becomes ``--config PATH: KEY: ...`` (load_yaml_config's form); with
+        ``mentions`` (a validation error: every flag it names is this run's), another ``--KEY`` it
+        names gets "KEY is set in --config PATH"; and a path of the file's that is not found gets
+        where relative paths resolve (the working directory, not the file's)."""
+        head, lead = "", None
+        match = _LEADING_FLAG.match(message)
+        if match and match.group(1) in self.values:
+            lead = match.group(1)
+            head, message = f"--config {self.path}: {lead}: ", message[match.end():]
+        notes = []
+        named = [k for k in dict.fromkeys(_FLAG_NAMED.findall(message)) if k in self.values and k != lead]
+        if mentions and named:
+            notes.append(f"{' and '.join(named)} {'is' if len(named) == 1 else 'are'} set in --config {self.path}")
+        resolved = f"resolve against {_working_directory()}, not the file's directory"
+        for key, relative in self._missing_paths(message).items():
+            if key == lead:
+                notes += [f"relative paths in --config {self.path} {resolved}"] if relative else []
+            else:
+                where = f", whose relative paths {resolved}" if relative else ""
+                notes.append(f"{key} is set in --config {self.path}{where}")
+        return head + message + "".join(f"; {note}" for note in notes)
+
+    def _missing_paths(self, message: str) -> Dict[str, bool]:
+        """The path settings of the file that ``message`` says are not found, each with whether
+        one of its missing paths is relative."""
+        if not any(marker in message.lower() for marker in _NOT_FOUND):
+            return {}
+        found: Dict[str, bool] = {}
+        for key in PATH_SETTINGS:
+            given = self.values.get(key)
+            paths = [given] if isinstance(given, str) else list(given) if isinstance(given, (list, tuple)) else []
+            gone = [p for p in paths if isinstance(p, str) and p and "://" not in p and _names_missing(message, p, key)]
+            if gone:
+                found[key] = any(not os.path.isabs(p) for p in gone)
+        return found
+
+
+def _names_missing(message: str, path: str, key: str) -> bool:
+    """Whether ``message`` names ``path`` (for the prefix: a path under it), and no such file is
+    there: only then is where it resolved the answer."""
+    if key == "input_files_prefix":
+        pattern, there = re.escape(path.rstrip("/") + "/"), os.path.isdir(path)
+    else:
+        pattern, there = re.escape(path) + r"(?=$|[\s'\":;,)])", os.path.lexists(path)
+    return not there and re.search(r"(?:^|(?<=[\s'\"(]))" + pattern, message) is not None
+
+
+def _working_directory() -> str:
+    """The working directory as a line names it, with its path (without it when it is gone:
+    deleted under the run, os.getcwd fails)."""
+    try:
+        return f"the working directory ({os.getcwd()})"
+    except OSError:
+        return "the working directory"
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -498,7 +498,8 @@ def test_print_config_reads_back_as_the_same_run(capsys, tmp_path, tiny_corpus, 
 def test_print_config_refuses_what_a_run_would(capsys):
     line = run_error(capsys, ["--config", "bert_base_msl512", "--max_seq_length", "64", "--print_config"])
     assert line == (
-        "create_tfrecords: error: --max_predictions_per_seq 80 must be at least 1 and smaller than --max_seq_length 64"
+        "create_tfrecords: error: --config bert_base_msl512: max_predictions_per_seq: 80 must be at least 1 and smaller "
+        "than --max_seq_length 64"
     )
 
 

@@ -476,7 +476,8 @@ def test_print_config_needs_no_inputs_but_checks_everything_else():
     assert build_config({}, config_file="bert_base_msl512", require_inputs=False).max_seq_length == 512
     with pytest.raises(ConfigError, match="--metadata_files is required"):
         build_config({}, config_file="bert_base_msl512")
-    with pytest.raises(ConfigError, match="--max_predictions_per_seq 80 must be at least 1 and smaller than"):
+    with pytest.raises(ConfigError, match="--config bert_base_msl512: max_predictions_per_seq: 80 must be at least 1 "
+                                          "and smaller than --max_seq_length 64$"):
         build_config({"max_seq_length": 64}, config_file="bert_base_msl512", require_inputs=False)
 
 

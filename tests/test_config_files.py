@@ -1,8 +1,11 @@
 """A --config file as a user meets it: its numbers are read as their flags read them (one parser
-each), and YAML 1.1's other spellings are refused."""
+each), YAML 1.1's other spellings are refused, and an error about a value the file set names the
+file and the key (and, for a path not found, where relative paths resolve), never a flag the
+user did not type."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List
 
@@ -12,7 +15,7 @@ from bert_data.config import FIELD_NAMES
 from bert_data.errors import ConfigError
 from bert_data.presets import build_config, text_parser
 from bert_data.tools.create import build_parser, config_from_args, main
-from conftest import base_args
+from conftest import base_args, write_corpus, write_vocab
 
 REQUIRED = {"metadata_files": ["meta.txt"], "vocab_file": "vocab.txt"}
 
@@ -120,3 +123,133 @@ def test_a_hexadecimal_seed_in_a_file_stops_the_cli_in_one_line(tmp_path, capsys
     assert lines == [f"create_tfrecords: error: --config {preset}: seed: 0x10 is YAML 1.1's spelling of 16, which "
                      f"--seed does not take; write 16 (--seed takes a decimal integer)"]
     assert not (tmp_path / "out").exists()
+
+
+# --- an error about the file's value names the file --------------------------------------------
+
+
+@pytest.mark.parametrize("text, flags, message", [
+    ("dupe_factor: 0\n", {}, "--config {p}: dupe_factor: must be at least 1, got 0"),
+    ("group_bytes: 1K\n", {}, "--config {p}: group_bytes: 1024 must be between 64K and 1G (default 8M): a worker holds "
+                             "~10 times it"),
+    ("short_seq_prob: 2.5\n", {}, "--config {p}: short_seq_prob: 2.5 is outside [0, 1]"),
+    ("compression: zip\n", {}, "--config {p}: compression: must be one of none, gzip, got 'zip'"),
+    ("text_key: body\n", {}, "--config {p}: text_key: only applies with --input_format jsonl (this run reads "
+                             "--input_format text); add --input_format jsonl or drop --text_key"),
+    ("max_seq_length: 20\n", {"max_predictions_per_seq": 30},
+     "--max_predictions_per_seq 30 must be at least 1 and smaller than --max_seq_length 20; max_seq_length is set in "
+     "--config {p}"),
+    ("resume: true\noverwrite: true\n", {}, "--resume and --overwrite contradict each other: continue the interrupted "
+                                           "run or start over; resume and overwrite are set in --config {p}"),
+    ("resume: true\n", {"overwrite": True}, "--resume and --overwrite contradict each other: continue the interrupted "
+                                            "run or start over; resume is set in --config {p}"),
+    ("scheduler_file: s.json\n", {}, "--scheduler_address/--scheduler_file/--dask_dashboard are for --runner dask; add "
+                                     "it or drop them; scheduler_file is set in --config {p}"),
+    ("multiple_docs_in_single_file: true\nmultiple_docs_separator: '\\x'\n", {},
+     "--config {p}: multiple_docs_separator: '\\\\x' has a bad escape (truncated \\xXX escape); write \\n, \\t, \\\\ (a "
+     "backslash) or \\uXXXX"),
+])
+def test_a_bad_value_from_the_file_names_the_file_and_the_key(tmp_path, text, flags, message):
+    preset = preset_of(tmp_path, text)
+    assert refusal(preset, **flags) == message.format(p=preset)
+
+
+def test_the_same_value_as_a_flag_keeps_the_flags_wording(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        build_config(dict(REQUIRED, max_seq_length=-5))
+    assert str(error.value) == "--max_seq_length -5 is too small: it must hold [CLS] A [SEP] B [SEP] (at least 5)"
+    preset = preset_of(tmp_path, "max_seq_length: 64\n")
+    assert refusal(preset, max_seq_length=-5) == str(error.value)  # the flag overrides the file: the flag is named
+    assert from_file(preset_of(tmp_path, "max_seq_length: -5\n", "b.yaml"), max_seq_length=64).max_seq_length == 64
+
+
+def test_the_cli_names_the_file_for_its_bad_value(tmp_path, capsys, tiny_corpus, tiny_vocab):
+    preset = preset_of(tmp_path, "max_seq_length: -5\n")
+    args = base_args(tiny_corpus, tiny_vocab, tmp_path / "out", max_seq_length=None, config=str(preset))
+    assert error_lines(capsys, args) == [
+        f"create_tfrecords: error: --config {preset}: max_seq_length: -5 is too small: it must hold [CLS] A [SEP] B "
+        f"[SEP] (at least 5)"]
+    assert error_lines(capsys, args + ["--max_seq_length", "-5"]) == [
+        "create_tfrecords: error: --max_seq_length -5 is too small: it must hold [CLS] A [SEP] B [SEP] (at least 5)"]
+
+
+def test_a_run_error_about_the_files_output_dir_names_the_file(tmp_path, capsys, tiny_corpus, tiny_vocab):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    preset = preset_of(tmp_path, f"output_dir: {out}\n")
+    args = base_args(tiny_corpus, tiny_vocab, out, config=str(preset), output_dir=None)
+    lines = error_lines(capsys, args)
+    assert len(lines) == 1 and lines[0].startswith(f"create_tfrecords: error: --config {preset}: output_dir: {out} ")
+    assert error_lines(capsys, args + ["--output_dir", str(out)])[0].startswith(f"create_tfrecords: error: --output_dir {out} ")
+
+
+# --- a path of the file's that is not found --------------------------------------------------
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch, tiny_corpus, tiny_vocab):
+    """A run in tmp_path/work, with the corpus, the vocabulary and the file in tmp_path/conf: the
+    file's relative paths are right from its own directory, and wrong from the working one."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    write_corpus(conf / "corpus", n_docs=3)
+    write_vocab(conf / "vocab.txt")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return conf, work
+
+
+def run_from(conf: Path, text: str, *flags: str) -> List[str]:
+    preset = conf / "run.yaml"
+    good = {"metadata_files": str(conf / "corpus" / "metadata.txt"), "input_files_prefix": str(conf / "corpus"),
+            "vocab_file": str(conf / "vocab.txt"), "output_dir": "out", "num_workers": "1", "max_seq_length": "32",
+            "max_predictions_per_seq": "5"}
+    given = dict(line.split(": ", 1) for line in text.splitlines())
+    preset.write_text("".join(f"{k}: {v}\n" for k, v in {**good, **given}.items()), encoding="utf-8")
+    return ["--config", str(preset), "--do_lower_case", "--quiet", *flags]
+
+
+@pytest.mark.parametrize("text, line", [
+    ("metadata_files: corpus/metadata.txt", "metadata file corpus/metadata.txt does not exist; metadata_files is set in "
+                                            "--config {p}, whose relative paths resolve against the working directory "
+                                            "({cwd}), not the file's directory"),
+    ("vocab_file: vocab.txt", "vocab file 'vocab.txt' does not exist; vocab_file is set in --config {p}, whose "
+                              "relative paths resolve against the working directory ({cwd}), not the file's directory"),
+    ("input_files_prefix: corpus", "{conf}/corpus/metadata.txt:1: document corpus/docs/doc000.txt does not exist; "
+                                   "input_files_prefix is set in --config {p}, whose relative paths resolve against the "
+                                   "working directory ({cwd}), not the file's directory"),
+    ("validation_metadata_files: [corpus/metadata.txt]",
+     "metadata file corpus/metadata.txt does not exist; validation_metadata_files is set in --config {p}, whose relative "
+     "paths resolve against the working directory ({cwd}), not the file's directory"),
+    ("from_tokens: tokens", "--config {p}: from_tokens: tokens: no such directory; make it with bert-data tokenize "
+                            "--output_dir tokens; relative paths in --config {p} resolve against the working directory "
+                            "({cwd}), not the file's directory"),
+    ("vocab_file: {conf}/none.txt", "vocab file '{conf}/none.txt' does not exist; vocab_file is set in --config {p}"),
+])
+def test_a_path_of_the_file_not_found_says_where_relative_paths_resolve(elsewhere, capsys, text, line):
+    conf, work = elsewhere
+    args = run_from(conf, text.format(conf=conf))
+    expected = line.format(p=conf / "run.yaml", cwd=work, conf=conf)
+    assert error_lines(capsys, args) == [f"create_tfrecords: error: {expected}"]
+    assert not (work / "out").exists()
+
+
+def test_a_path_given_as_a_flag_keeps_its_line(elsewhere, capsys):
+    conf, _ = elsewhere
+    args = run_from(conf, "", "--metadata_files", "corpus/metadata.txt")
+    assert error_lines(capsys, args) == ["create_tfrecords: error: metadata file corpus/metadata.txt does not exist"]
+
+
+def test_tokenize_says_where_the_files_paths_resolve(elsewhere, capsys):
+    from bert_data.tools.tokenize import main as tokenize
+
+    conf, work = elsewhere
+    preset = conf / "tok.yaml"
+    preset.write_text("metadata_files: corpus/metadata.txt\nvocab_file: vocab.txt\n", encoding="utf-8")
+    lines = error_lines(capsys, ["--config", str(preset), "--output_dir", "tokens", "--quiet"], tool=tokenize)
+    assert lines == [f"bert-data tokenize: error: vocab file 'vocab.txt' does not exist; vocab_file is set in --config "
+                     f"{preset}, whose relative paths resolve against the working directory ({work}), not the file's "
+                     f"directory"]
+    assert os.listdir(work) == []

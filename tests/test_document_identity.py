@@ -219,7 +219,8 @@ def test_an_over_long_name_is_one_line_naming_the_line(tmp_path, capsys) -> None
 
 @pytest.mark.parametrize("key, value, message", [
     ("metadata_files", '["a\\0b"]', "metadata file 'a\\x00b' holds a NUL byte, which no file name can; give its real name"),
-    ("input_files_prefix", '"p\\0"', "--input_files_prefix 'p\\x00' holds a NUL byte, which no file name can; fix it"),
+    ("input_files_prefix", '"p\\0"',
+     "--config {preset}: input_files_prefix: 'p\\x00' holds a NUL byte, which no file name can; fix it"),
     ("vocab_file", '"v\\0"', "vocab file 'v\\x00' is not a usable file name (embedded null byte); give the path of vocab.txt"),
 ])
 def test_nul_bytes_in_paths_from_a_preset_are_one_line(tmp_path, capsys, key, value, message) -> None:
@@ -230,4 +231,4 @@ def test_nul_bytes_in_paths_from_a_preset_are_one_line(tmp_path, capsys, key, va
     preset = tmp_path / "preset.yaml"
     preset.write_text("".join(f"{k}: {v}\n" for k, v in given.items()))
     assert create(["--config", str(preset), "--output_dir", str(tmp_path / "out"), "--do_lower_case"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"create_tfrecords: error: {message}"]
+    assert capsys.readouterr().err.strip().splitlines() == [f"create_tfrecords: error: {message.format(preset=preset)}"]

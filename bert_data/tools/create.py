@@ -11,13 +11,13 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..config import COMPRESSIONS, Config
 from ..format.containers import OUTPUT_FORMATS
 from ..documents import INPUT_FORMATS
 from ..errors import NOTHING_WRITTEN, BertDataError, ConfigError, print_error
-from ..presets import build_config, byte_size, effective_yaml, preset_names, token_count
+from ..presets import FileSettings, byte_size, configure, effective_yaml, preset_names, token_count
 from ..progress import RunProgress, run_summary
 from . import started_as_program
 from .cli import GivenOnce, OneLineParser, drop_stdout, resolve_log_level, unknown_log_level
@@ -162,8 +162,24 @@ _NOT_SETTINGS = ("config", "log_level", "quiet", "print_config")
 
 
 def config_from_args(args: argparse.Namespace, require_inputs: bool = True) -> Config:
+    """The Config of the parsed flags and their ``--config`` file (defaults < file < flags)."""
+    return configured_from_args(args, require_inputs)[0]
+
+
+def configured_from_args(
+    args: argparse.Namespace, require_inputs: bool = True
+) -> Tuple[Config, Optional[FileSettings]]:
+    """The Config of the flags and ``--config``, and what that file set (for the run's error lines:
+    :func:`explained`)."""
     overrides: Dict[str, Any] = {k: v for k, v in vars(args).items() if k not in _NOT_SETTINGS}
-    return build_config(overrides, config_file=args.config, require_inputs=require_inputs)
+    return configure(overrides, config_file=args.config, require_inputs=require_inputs)
+
+
+def explained(message: str, from_file: Optional[FileSettings]) -> str:
+    """A run's error line, pointing at the --config file where it is about a setting the file
+    gave (the settings' own checks are explained by :func:`configure`). Other flags it names are
+    left alone: a run's line may name another command's (``bert-data tokenize --output_dir``)."""
+    return from_file.explain(message, mentions=False) if from_file is not None else message
 
 
 def _print_config(args: argparse.Namespace, prog: str = PROG) -> int:
@@ -202,11 +218,11 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         return print_error(prog, unknown_log_level(args.log_level))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("bert_data").setLevel(level)  # even when logging was configured before main()
-    config = None
+    config, from_file = None, None
     from ..runners.job import error_line, next_step, run_job
 
     try:
-        config = config_from_args(args)
+        config, from_file = configured_from_args(args)
         if started_as_program() and config.output_dir.startswith("memory://"):  # (exit 0, then the data was gone)
             raise ConfigError(f"--output_dir {config.output_dir}: memory:// lives in this process and is gone when it "
                               f"exits; write to a path or a shared URL (memory:// is for a library caller of run_job)")
@@ -220,11 +236,12 @@ def _main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
             work_is_done()  # (a stop while the summary prints, or at exit, changes nothing now)
         elapsed = time.perf_counter() - started
     except BertDataError as exc:
-        return print_error(prog, error_line(exc), exc.exit_code)
+        return print_error(prog, explained(error_line(exc), from_file), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:  # Ctrl-C, SIGTERM/SIGHUP/SIGXCPU, a memory limit
         return stopped(prog, exc, next_step(config))
     except OSError as exc:  # the last resort (the runner names what it knows): still one line
-        return print_error(prog, f"{os_error(exc)}; fix it, then {next_step(config).replace('continue later', 'continue')}")
+        way_on = next_step(config).replace("continue later", "continue")
+        return print_error(prog, explained(f"{os_error(exc)}; fix it, then {way_on}", from_file))
     emit(prog, run_summary(manifests, elapsed))
     return 0
 

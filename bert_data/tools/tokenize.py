@@ -18,7 +18,7 @@ from typing import Iterator, Optional, Sequence
 
 from ..errors import NOTHING_WRITTEN, BertDataError, print_error
 from .cli import resolve_log_level, unknown_log_level
-from .create import build_parser, config_from_args
+from .create import build_parser, configured_from_args, explained
 from .endings import emit, guarded, os_error, stopped, work_is_done
 
 PROG = "bert-data tokenize"
@@ -65,17 +65,18 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     from ..runners.tokenize import run_tokenize
 
     started = time.perf_counter()
+    from_file = None
     try:
         with _bert_input_list(args):
-            config = config_from_args(args)
+            config, from_file = configured_from_args(args)
             manifest, pool_kept = run_tokenize(config)
             work_is_done()  # (a stop while the summary prints, or at exit, changes nothing now)
     except BertDataError as exc:
-        return print_error(PROG, str(exc), exc.exit_code)
+        return print_error(PROG, explained(str(exc), from_file), exc.exit_code)
     except (KeyboardInterrupt, MemoryError) as exc:
         return stopped(PROG, exc, "run the same command again (the groups already written are kept)")
     except OSError as exc:
-        return print_error(PROG, f"{os_error(exc)}; fix it, then run the same command again")
+        return print_error(PROG, explained(f"{os_error(exc)}; fix it, then run the same command again", from_file))
     counts = manifest["counts"]
     ratio = manifest["bytes"] / max(1, counts["input_bytes"])
     emit(PROG, f"{len(manifest['groups'])} groups, {counts['documents.used']} documents, {counts['sentences']} sentences, "
