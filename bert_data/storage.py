@@ -230,11 +230,12 @@ def _write_local(path: str, data: bytes, tmp: str, sync: bool) -> None:
         raise
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """``data`` as the whole of ``path``, published atomically."""
+def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
+    """``data`` as the whole of ``path``, published atomically (``sync``: a local file is on disk
+    before its name is, as what a manifest written after it lists must be)."""
     if not is_remote(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        _write_local(path, data, f"{path}.{uuid.uuid4().hex}.tmp", sync=False)
+        _write_local(path, data, f"{path}.{uuid.uuid4().hex}.tmp", sync=sync)
         return
     handle, commit = atomic_create(path)
     try:

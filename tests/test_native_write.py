@@ -434,12 +434,31 @@ def test_mds_pieces_take_the_same_sample_bytes_with_c_and_python(source, data):
     ([0], [-1], 0, 10),  # a negative length
     ([0], [8], 4, 10),  # out too small from at
     ([0], [1], -1, 10),  # a negative at
+    ([0] * 4, [6] * 4, 0, 10),  # each range fits, their sum does not
 ])
 def test_wire_copy_ranges_refuses_ranges_outside_its_buffers(wire, starts, lengths, at, size):
     out = bytearray(size)
     with pytest.raises(ValueError, match="copy_ranges"):
         wire.copy_ranges(bytes(10), np.array(starts, np.int64), np.array(lengths, np.int64), out, at)
     assert out == bytearray(size)
+
+
+def test_wire_copy_ranges_refuses_lengths_whose_sum_overflows(wire):
+    """helper-31: 2^20 ranges of 2^44 bytes each fit a (mapped, untouched) 16 TiB source, and
+    their sum wrapped to 0 past the size check: a segmentation fault, not a ValueError."""
+    import mmap
+
+    try:
+        source = mmap.mmap(-1, 1 << 44, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0),
+                           prot=mmap.PROT_READ)
+    except (OSError, OverflowError, ValueError):
+        pytest.skip("no 16 TiB of address space to map here")
+    try:
+        for count in (1 << 20, 1 << 19):
+            with pytest.raises(ValueError, match="copy_ranges"):
+                wire.copy_ranges(source, np.zeros(count, np.int64), np.full(count, 1 << 44, np.int64), bytearray(16), 0)
+    finally:
+        source.close()
 
 
 def test_wire_copy_ranges_refuses_the_wrong_types(wire):

@@ -254,6 +254,31 @@ def test_a_partial_shard_damaged_since_its_journal_says_start_over(tmp_path) -> 
     assert not list((tmp_path / "w").iterdir())
 
 
+def test_a_partial_shard_that_cannot_be_read_is_an_io_error_not_damage(tmp_path, monkeypatch) -> None:
+    """helper-31: an I/O error opening a partial shard at publish said "the partial shard is
+    damaged; start over with --overwrite", though --resume mends it: it is the OSError it was
+    (the tools' line: fix it and continue with --resume)."""
+    _need("streaming")
+    import errno
+
+    from bert_data.format import batch_decode
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+
+    source = tmp_path / "shard.partial"
+    source.write_bytes(b"")
+
+    def fails(name):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), name)
+
+    monkeypatch.setattr(batch_decode, "_open_regular", fails)
+    (tmp_path / "w").mkdir()
+    with pytest.raises(OSError) as raised:
+        rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
+    assert raised.value.errno == errno.EIO and raised.value.filename == str(source)
+    assert not list((tmp_path / "w").iterdir())
+
+
 def test_rewrite_threads_that_cannot_start_are_out_of_memory(tmp_path, monkeypatch) -> None:
     """helper-25: under ulimit -v the publish's threads could not start, and the run ended in
     RuntimeError's traceback; it is out of memory (the tools' one line, exit 3)."""
@@ -276,10 +301,14 @@ def test_rewrite_threads_that_cannot_start_are_out_of_memory(tmp_path, monkeypat
                                lambda name: None, threads=2)
 
 
-def test_shards_are_placed_by_the_rewriting_thread_when_no_placing_thread_starts(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("failing", ["the first placing thread", "every placing thread"])
+def test_shards_are_placed_once_by_the_rewriting_thread_when_a_placing_thread_cannot_start(tmp_path, monkeypatch,
+                                                                                          failing) -> None:
     """Each shard's files are placed (fsync, rename) on a thread of their own while the next shard
-    is rewritten; where that thread cannot start, the shard's own thread places them: the same
-    files, in the same places."""
+    is rewritten; where that thread cannot start, the shard's own thread places them. submit()
+    queues the work before it starts the thread (helper-31): a thread started later found it
+    queued and placed the files again (ENOENT, the run failed, --resume failed alike). The same
+    files, in the same places, each placed once."""
     _need("streaming")
     import numpy as np
 
@@ -296,18 +325,18 @@ def test_shards_are_placed_by_the_rewriting_thread_when_no_placing_thread_starts
     for shard in range(3):
         sources.append(str(tmp_path / f"{shard}.partial"))
         (tmp_path / f"{shard}.partial").write_bytes(bytes(run))
-    real = rewrite.ThreadPoolExecutor
+    real_start, refused = threading.Thread.start, []
 
-    class NoPlacingThreads(real):
-        def submit(self, function, *args, **kwargs):
-            if self._thread_name_prefix == "bert_data-place":
-                raise RuntimeError("can't start new thread")
-            return super().submit(function, *args, **kwargs)
+    def start(thread) -> None:  # (as under a thread limit: the pool's Thread.start raises, its work stays queued)
+        if thread.name.startswith("bert_data-place") and (failing == "every placing thread" or not refused):
+            refused.append(thread.name)
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
 
     results = {}
-    for case in ("threads", "no placing thread"):
+    for case in ("threads", failing):
         if case != "threads":
-            monkeypatch.setattr(rewrite, "ThreadPoolExecutor", NoPlacingThreads)
+            monkeypatch.setattr(threading.Thread, "start", start)
         placed, out = [], tmp_path / case
         final = tmp_path / f"{case} placed"
         final.mkdir()
@@ -319,6 +348,7 @@ def test_shards_are_placed_by_the_rewriting_thread_when_no_placing_thread_starts
         per_file, _ = rewrite.rewrite_shards(sources, [f"s-{i}.mds" for i in range(3)], container_for("mds"), str(out),
                                              layout_spec("nsp", 4, 2), place, threads=1)
         results[case] = (per_file, {p.name: p.read_bytes() for p in final.iterdir()}, placed)
-    assert results["threads"][:2] == results["no placing thread"][:2] and len(results["threads"][1]) == 3
+    assert results["threads"][:2] == results[failing][:2] and len(results["threads"][1]) == 3
+    assert sorted(name for _, name in results[failing][2]) == sorted(results["threads"][1])  # each placed once
     assert {thread for thread, _ in results["threads"][2]} == {"bert_data-place"}
-    assert {thread for thread, _ in results["no placing thread"][2]} != {"bert_data-place"}
+    assert refused and results[failing][2][0][0] != "bert_data-place"  # the first shard: by its own thread

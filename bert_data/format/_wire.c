@@ -1931,13 +1931,14 @@ static PyObject *copy_ranges(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(o[3], &v[3], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
     got = 4;
     const int64_t *starts = v[1].buf, *lengths = v[2].buf;
-    int64_t total = 0;
-    int ok = count[0] == count[1] && at >= 0;
+    int64_t total = 0, room = (int64_t)v[3].len - (int64_t)at; /* total never passes room: it cannot overflow */
+    int ok = count[0] == count[1] && at >= 0 && room >= 0;
     for (Py_ssize_t i = 0; i < count[0] && ok; i++) {
-        ok = starts[i] >= 0 && lengths[i] >= 0 && lengths[i] <= (int64_t)v[0].len && starts[i] <= (int64_t)v[0].len - lengths[i];
+        ok = starts[i] >= 0 && lengths[i] >= 0 && lengths[i] <= (int64_t)v[0].len && starts[i] <= (int64_t)v[0].len - lengths[i]
+             && lengths[i] <= room - total;
         total += ok ? lengths[i] : 0;
     }
-    if (!ok || total > (int64_t)v[3].len - (int64_t)at) {
+    if (!ok) {
         PyErr_SetString(PyExc_ValueError, "copy_ranges: a range outside src, or out too small");
         goto done;
     }

@@ -561,7 +561,7 @@ class LocalDirOutput:
                                            shard_spec(self.config), place, rewrite_threads(self.config),
                                            rewrite_processes(self.config))
         if sidecar is not None:
-            write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar)
+            write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar, sync=True)  # (before the manifest)
         return per_file
 
     def commit(self, manifest: Mapping) -> Dict:

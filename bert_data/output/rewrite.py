@@ -90,6 +90,8 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
         except InterruptedError:
             raise RewriteStopped(shard_name) from None
         except RecordFormatError as exc:  # (a journaled partial shard damaged since: --resume cannot mend it)
+            if isinstance(exc.__cause__, OSError):  # (it could not be opened: an I/O error, not damage)
+                raise exc.__cause__ from None
             raise OutputError(f"{exc}: the partial shard is damaged; start over with --overwrite") from None
         files = writer.close()
     except BaseException:
@@ -209,10 +211,16 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
             raise RewriteStopped(names[shard])
         try:
             files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop, bounds[shard])
+            claimed = threading.Lock()  # (placed once: submit() queues the work before it starts a thread, so a
+
+            def place_once() -> None:  # thread started later would find it queued and place it again: ENOENT)
+                if claimed.acquire(blocking=False):
+                    place_files(files)
+
             try:
-                placing.append(placer.submit(place_files, files))
+                placing.append(placer.submit(place_once))
             except RuntimeError:  # (no thread to be had: placed here and now)
-                place_files(files)
+                place_once()
         except RewriteStopped:
             raise
         except BaseException as exc:
@@ -237,6 +245,8 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
         raise
     pool.shutdown(wait=True)
     placer.shutdown(wait=True)
+    if failures:  # (a placement no future of ``placing`` holds: one queued where its thread failed to start)
+        raise failures[0]
     return done
 
 
