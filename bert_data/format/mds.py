@@ -14,25 +14,23 @@ MDS file holds uint32 offsets (at most 4 GiB) and ``MDSWriter`` holds a piece in
 is written: :data:`SIZE_LIMIT` bounds both. The cut is where ``MDSWriter`` makes it (by the
 bytes of the samples), so the pieces are a function of the rows.
 
-Rows are the unpadded columns of :mod:`bert_data.format.columns` (``input_ids``,
-``token_type_ids``, ``masked_lm_positions``, ``masked_lm_ids`` as ``ndarray`` columns,
-``next_sentence_label`` a scalar), uncompressed (a compressed MDS file is unpacked by the reader
-beside it, into the dataset's directory), each piece's xxh64 in the index (a function of its bytes:
-nothing in a piece or in the index depends on anything but the rows; inspect checks every piece's
-size and hash against it, as it checks TFRecords' CRCs). ``streaming`` is imported only here, through
-:func:`streaming_base` (readers) and :func:`mds_writer_class` (the writer's own modules: no
+Rows are the unpadded columns of :mod:`bert_data.format.columns` (``input_ids``, ``token_type_ids``,
+``masked_lm_positions``, ``masked_lm_ids`` as ``ndarray`` columns, ``next_sentence_label`` a scalar),
+uncompressed (a compressed MDS file is unpacked by the reader beside it, into the dataset's
+directory), each piece's xxh64 in the index (a function of its bytes only; inspect checks every
+piece's size and hash against it, as it checks TFRecords' CRCs). ``streaming`` is imported only
+here: :func:`streaming_base` (readers), :func:`mds_writer_class` (the writer's own modules: no
 transformers, 1.3 CPU-s less a run).
 
 Speed (issue 28): ``MDSWriter.write`` of one row is ~50 us of Python, 5x the rest of a run, so the
-workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_frames`` straight
-from the padded rows, else whole-batch numpy, :func:`encode_samples`, in the layout of streaming's
-own encodings and its writer's column list, :func:`writer_columns`) into TFRecord frames of their
-fragments; at publish the shard's writer reads the frames (every CRC checked) and copies the
-samples once into the piece they go to (:class:`PieceAppender`: ``MDSWriter``'s own
-``encode_joint_shard`` copies a piece twice into fresh memory), whose header it puts before them;
-the ``MDSWriter``'s ``flush_shard`` names, hashes, writes and lists every piece, its ``finish``
-writes the index. ``tests/test_output_formats.py`` checks the pieces and index byte for byte
-against ``MDSWriter.write`` row by row, ``tests/test_worker_encoding.py`` the C path against numpy.
+workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_frames`` from the
+padded rows, else whole-batch numpy, :func:`encode_samples`, in streaming's own encodings and
+column list, :func:`writer_columns`) into TFRecord frames; at publish the shard's writer reads the
+frames (CRCs checked) and copies the samples once into their piece (:class:`PieceAppender`;
+``MDSWriter``'s ``encode_joint_shard`` copies a piece twice), header before them; the
+``MDSWriter``'s ``flush_shard`` names, hashes, writes and lists every piece, its ``finish`` the
+index. ``tests/test_output_formats.py`` holds pieces and index byte for byte to ``MDSWriter.write``
+row by row, ``tests/test_worker_encoding.py`` the C path to numpy.
 """
 
 from __future__ import annotations
@@ -280,15 +278,13 @@ class ShardFileWriter:
     ``MDSWriter`` into a directory of its own, then renamed to the shard's piece names."""
 
     def __init__(self, directory: str, shard_name: str, spec: ShardSpec) -> None:
-        self.directory = directory
-        self.name = shard_name
-        self.spec = spec
+        self.directory, self.name, self.spec = directory, shard_name, spec
         self._scratch = os.path.join(directory, f".{shard_name}.mdswriter")
         shutil.rmtree(self._scratch, ignore_errors=True)
         self._writer = piece_writer(self._scratch, spec.layout, SIZE_LIMIT)
         self._pieces = PieceAppender(self._writer)
         self.sidecar_entries: List[Dict] = []
-        self._written: List[str] = []
+        self._written: List[str] = []  # piece names renamed into directory (abort removes them)
 
     def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
         """The assembled shard ``source``: TFRecord frames of samples the workers encoded
@@ -421,28 +417,31 @@ def piece_writer(out: str, layout: str, size_limit: Optional[int], writer_class=
         out=out, columns=mds_columns(layout), compression=None, hashes=[PIECE_HASH], size_limit=size_limit, max_workers=1)
 
 
+_SPARE = threading.local()  # a finished PieceAppender's buffer, for the next one of its thread
+
+
 class PieceAppender:
     """Encoded samples appended to an MDS writer (:func:`piece_writer`) as ``writer.write(row)``
     would append them, a batch at a time, each piece made in one copy.
 
     ``MDSWriter.write`` of one row costs ~50 us of Python, and its ``encode_joint_shard`` copies a
-    64 MB piece twice into fresh memory (a join of the samples, then the header before them):
-    ~3.5 s/GB at publish, the whole of what MDS cost over TFRecords at one worker. Here the
-    samples are copied once, from the frames they were read in, into one buffer kept for every
-    piece, after a room kept for the piece's header; when the piece is cut (where ``write`` cuts
-    it: ``streaming/base/format/base/writer.py``, the sample that does not fit the size limit
-    starts the next piece) its header (the sample count, the uint32 offsets, the writer's
-    ``config_data``: ``encode_joint_shard`` of ``streaming/base/format/mds/writer.py``) is written
-    just before them, and the writer's own ``flush_shard`` hashes, writes and lists that view.
-    ``tests/test_output_formats.py`` holds the pieces and index to ``MDSWriter.write``'s, byte for
-    byte."""
+    64 MB piece twice into fresh memory (a join, then the header before it): ~3.5 s/GB at publish.
+    Here the samples are copied once, from the frames they were read in, into one buffer kept for
+    every piece (and the thread's next shard: its pages are mapped already), after a room for the
+    header; when the piece is cut (where ``write`` cuts it: ``streaming/base/format/base/writer.py``,
+    the sample that does not fit the size limit starts the next piece) its header (the count, the
+    uint32 offsets, the writer's ``config_data``: ``encode_joint_shard`` of
+    ``streaming/base/format/mds/writer.py``) goes just before them, and the writer's own
+    ``flush_shard`` hashes, writes and lists that view. ``tests/test_output_formats.py`` holds the
+    pieces and index to ``MDSWriter.write``'s, byte for byte."""
 
     HEADER_ROOM = 1 << 20  # bytes kept before the samples for a piece's header: 262,000 samples (a
     # 64 MB piece of ~256-byte samples); a piece with more gets its header by one more copy
 
     def __init__(self, writer) -> None:
         self.writer = writer
-        self._buffer = np.empty(0, np.uint8)
+        self._buffer, _SPARE.buffer = getattr(_SPARE, "buffer", None), None  # (a fresh one: ~4 ms of page faults
+        self._buffer = np.empty(0, np.uint8) if self._buffer is None else self._buffer  # per 9 MB shard here)
         self._view = memoryview(self._buffer)
         self._used = 0  # bytes of samples in the buffer, from HEADER_ROOM
         self._sizes: List[np.ndarray] = []  # each appended run's sample sizes
@@ -489,8 +488,7 @@ class PieceAppender:
         self.writer.new_shard_size += size
 
     def _grow(self, need: int) -> None:
-        """A buffer of at least ``need`` bytes (the size limit's at first: pieces are cut there;
-        a larger one only for a sample that alone exceeds it), the samples so far kept."""
+        """A buffer of at least ``need`` bytes (the size limit's: pieces are cut there), samples kept."""
         limit = self.writer.size_limit or 0
         grown = np.empty(max(need, self.HEADER_ROOM + limit, 2 * len(self._buffer)), np.uint8)
         grown[self.HEADER_ROOM:self.HEADER_ROOM + self._used] = self._buffer[self.HEADER_ROOM:self.HEADER_ROOM + self._used]
@@ -527,6 +525,8 @@ class PieceAppender:
         if self._sizes:
             self.flush()
         self.writer.finish()
+        if len(self._buffer) <= self.HEADER_ROOM + (self.writer.size_limit or 0):  # (not one grown for a huge sample)
+            _SPARE.buffer = self._buffer
 
 
 def index_bytes(entries: Sequence[Sequence[Dict]]) -> bytes:
