@@ -542,3 +542,41 @@ def test_hdf5s_write_failures_are_one_line_naming_the_file(raised) -> None:
     number = 28 if "errno = 28" in str(raised) else 5  # (EIO when HDF5 says no errno)
     assert (caught.value.errno, caught.value.filename) == (number, "/out/examples-1.hdf5")
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("disk", ["room", "no fallocate", "full"])
+def test_an_hdf5_files_room_is_taken_before_it_is_written(tmp_path: Path, monkeypatch, disk: str) -> None:
+    """helper-31: a disk filled by another process while h5py wrote vlen records crashed the run
+    (SIGSEGV in H5Dwrite) after its room had been checked. The file's bound is now reserved
+    (posix_fallocate) before a byte is written and cut back to HDF5's end at close: the same
+    bytes; no room is an OSError before writing, the file removed; a file system without
+    fallocate writes as before."""
+    import errno
+
+    from bert_data.format.containers import CONTAINERS
+    from bert_data.output import rewrite
+
+    container, rows = CONTAINERS["hdf5"](), packed_rows(7, 30, 3)
+    partial = _assembled(container, rows, [0, 11, 30], tmp_path / "shard.partial")
+    bound = container.rewritten_size_bound(str(partial))
+    real, reserved = os.posix_fallocate, []
+
+    def fallocate(fd: int, offset: int, size: int) -> None:
+        reserved.append(size)
+        if disk == "full":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if disk == "no fallocate":
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        real(fd, offset, size)
+        assert os.fstat(fd).st_size == size  # (the room is the file's until close)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    (tmp_path / "out").mkdir()
+    if disk == "full":
+        with pytest.raises(OSError) as raised:
+            rewrite.rewrite_shard(str(partial), container, str(tmp_path / "out"), "x.hdf5", _spec())
+        assert raised.value.errno == errno.ENOSPC and not list((tmp_path / "out").iterdir())
+        return
+    files, _ = rewrite.rewrite_shard(str(partial), container, str(tmp_path / "out"), "x.hdf5", _spec())
+    assert files == [("x.hdf5", 30)] and reserved == [bound] and bound > os.path.getsize(tmp_path / "out" / "x.hdf5")
+    assert (tmp_path / "out" / "x.hdf5").read_bytes() == nvidia_hdf5_bytes(nvidia_samples(rows))

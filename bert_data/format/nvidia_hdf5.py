@@ -468,6 +468,8 @@ class NvidiaHDF5Writer:
         self.records = 0
         self._pending: List[Dict[str, Flat]] = []
         self._pending_rows = 0
+        self._path = target if isinstance(target, str) else None  # (a file reserve() may cut back at close)
+        self._reserved = False
         self._file = h5py.File(target, "w", libver="earliest", track_order=False)
         self._datasets = {
             name: self._file.create_dataset(name, (0,), maxshape=(None,), chunks=(CHUNK_ROWS,),
@@ -509,11 +511,29 @@ class NvidiaHDF5Writer:
             _write_flat(dataset, self.records, head[name])
         self.records += rows
 
+    def reserve(self, size: int) -> None:
+        """The file's room taken on the disk before anything is written (``posix_fallocate`` of
+        ``size`` bytes, a bound on the whole file), its end cut back to HDF5's at :meth:`close`.
+        Why: HDF5 that meets a full disk while writing variable-length records can crash the process
+        (SIGSEGV in ``H5Dwrite``), not raise; the room checked before writing can be taken by
+        another process meanwhile. A file system without ``fallocate`` goes without the reserve."""
+        if self._path is None:
+            return
+        try:
+            os.posix_fallocate(self._file.id.get_vfd_handle(), 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise  # (no room: an OSError before a byte of HDF5 is written)
+            return
+        self._reserved = True
+
     def close(self) -> int:
         """Write what is pending and close the file; the samples written."""
         if self._pending_rows:
             self._flush(self._pending_rows)
         self._file.close()
+        if self._reserved:
+            _cut_to_its_end(self._path)
         return self.records
 
     def abort(self) -> None:
@@ -629,6 +649,12 @@ class ShardFileWriter:
                 with _as_os_errors(self.path):
                     self._writer.write_flat(flat)
 
+    def reserve(self, size: int) -> None:
+        """Room for the file taken first (:meth:`NvidiaHDF5Writer.reserve`: a full disk mid-file can
+        crash HDF5)."""
+        with _as_os_errors(self.path):
+            self._writer.reserve(size)
+
     def close(self) -> List[Tuple[str, int]]:
         with _as_os_errors(self.path):
             return [(self.name, self._writer.close())]
@@ -640,6 +666,24 @@ class ShardFileWriter:
         finally:
             if os.path.exists(self.path):
                 os.unlink(self.path)
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _cut_to_its_end(path: str) -> None:
+    """A closed HDF5 file whose room was reserved beyond its end (:meth:`NvidiaHDF5Writer.reserve`)
+    cut back to the end HDF5 recorded: the superblock's end-of-file address (version 0, the one
+    ``libver="earliest"`` writes: 8-byte addresses, at byte 40), so its bytes are those of a file
+    written without the reserve."""
+    with open(path, "rb") as handle:
+        head = handle.read(48)
+    if len(head) < 48 or head[:8] != _SIGNATURE or head[8] != 0 or head[13] != 8 or int.from_bytes(head[24:32], "little"):
+        raise OutputError(f"{path}: not the HDF5 superblock this writer makes; its end is unknown (a bug: please report it)")
+    end = int.from_bytes(head[40:48], "little")
+    if end > os.path.getsize(path):
+        raise OutputError(f"{path}: HDF5 records an end past the file's ({end} bytes; a bug: please report it)")
+    os.truncate(path, end)
 
 
 @contextlib.contextmanager

@@ -85,6 +85,8 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
         return [(shard_name, _finished_copy(tfrecord_path, container, directory, shard_name, spec, stop))], None
     writer = container.open_shard(directory, shard_name, spec)
     try:
+        if hasattr(writer, "reserve"):  # (HDF5: the room taken before a byte is written; a full disk can crash h5py)
+            writer.reserve(bound)
         try:  # (the records are the format's own, encoded by the workers: nothing is decoded)
             writer.write_partial(tfrecord_path, (lambda: False) if stop is None else stop.is_set)
         except InterruptedError:
