@@ -213,9 +213,11 @@ def _rewrite_on_threads(sources: Sequence[str], names: Sequence[str], container,
             raise RewriteStopped(names[shard])
         try:
             files, entries = rewrite_shard(sources[shard], container, directory, names[shard], spec, stop, bounds[shard])
-            claimed = threading.Lock()  # (placed once: submit() queues the work before it starts a thread, so a
+            # Placed once: submit() queues the work before it starts a thread, so where that start fails
+            # (placed below instead) a thread started later finds it queued and would place it again (ENOENT).
+            claimed = threading.Lock()
 
-            def place_once() -> None:  # thread started later would find it queued and place it again: ENOENT)
+            def place_once() -> None:
                 if claimed.acquire(blocking=False):
                     place_files(files)
 
