@@ -228,15 +228,10 @@ def test_on_threads_a_later_shards_error_is_the_runs_not_the_stop_it_caused(tmp_
     assert stopped.is_set()
 
 
-def test_a_partial_shard_damaged_since_its_journal_says_start_over(tmp_path) -> None:
-    """A frame of a journaled partial shard damaged before the publish (a disk, a hand) cannot be
-    mended by --resume: the line says --overwrite (helper-25), not 'once that is fixed, continue'."""
-    _need("streaming")
+def _three_rows_run() -> bytes:
+    """A partial shard's run of three NSP rows (MSL 4, 2 predictions) as MDS samples in TFRecord frames."""
     import numpy as np
 
-    from bert_data.errors import OutputError
-    from bert_data.format.columns import layout_spec
-    from bert_data.format.containers import container_for
     from bert_data.format.mds import frame_samples
 
     rows = {"input_ids": np.array([[101, 7, 102, 0]] * 3, np.int32), "input_mask": np.array([[1, 1, 1, 0]] * 3, np.int32),
@@ -244,6 +239,18 @@ def test_a_partial_shard_damaged_since_its_journal_says_start_over(tmp_path) -> 
             "masked_lm_ids": np.array([[7, 0]] * 3, np.int64), "masked_lm_weights": np.array([[1, 0]] * 3, np.float32),
             "next_sentence_labels": np.array([[0]] * 3, np.int32)}
     (_, run, _), = frame_samples(rows, np.zeros(3, np.int64), "nsp")
+    return run
+
+
+def test_a_partial_shard_damaged_since_its_journal_says_start_over(tmp_path) -> None:
+    """A frame of a journaled partial shard damaged before the publish (a disk, a hand) cannot be
+    mended by --resume: the line says --overwrite (helper-25), not 'once that is fixed, continue'."""
+    _need("streaming")
+    from bert_data.errors import OutputError
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+
+    run = _three_rows_run()
     data = bytearray(bytes(run))
     data[len(data) // 2] ^= 0xFF  # inside the second sample: its CRC no longer holds
     source = tmp_path / "shard.partial"
@@ -310,17 +317,10 @@ def test_shards_are_placed_once_by_the_rewriting_thread_when_a_placing_thread_ca
     queued and placed the files again (ENOENT, the run failed, --resume failed alike). The same
     files, in the same places, each placed once."""
     _need("streaming")
-    import numpy as np
-
     from bert_data.format.columns import layout_spec
     from bert_data.format.containers import container_for
-    from bert_data.format.mds import frame_samples
 
-    rows = {"input_ids": np.array([[101, 7, 102, 0]] * 3, np.int32), "input_mask": np.array([[1, 1, 1, 0]] * 3, np.int32),
-            "segment_ids": np.array([[0, 0, 1, 0]] * 3, np.int32), "masked_lm_positions": np.array([[1, 0]] * 3, np.int64),
-            "masked_lm_ids": np.array([[7, 0]] * 3, np.int64), "masked_lm_weights": np.array([[1, 0]] * 3, np.float32),
-            "next_sentence_labels": np.array([[0]] * 3, np.int32)}
-    (_, run, _), = frame_samples(rows, np.zeros(3, np.int64), "nsp")
+    run = _three_rows_run()
     sources = []
     for shard in range(3):
         sources.append(str(tmp_path / f"{shard}.partial"))
