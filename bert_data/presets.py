@@ -336,7 +336,7 @@ def _merged(values: Dict[str, Any], base: Optional[Config], require_inputs: bool
 
 # "--KEY VALUE ...", "--KEY must ...", "--KEY: ...", but not "--A and --B contradict" nor "--A/--B are for ..."
 _LEADING_FLAG = re.compile(r"--([a-z][a-z0-9_]*)(?::? |:$|$)(?!and --)")
-_FLAG_NAMED = re.compile(r"--([a-z][a-z0-9_]*)")
+_FLAG_NAMED = re.compile(r"(?:^|(?<=[\s(`'\"/]))--([a-z][a-z0-9_]*)(?![a-z0-9_])")  # (not inside a value: 'a--seed/b')
 _NOT_FOUND = ("does not exist", "no such", "not found", "matches no file")
 
 
@@ -360,12 +360,14 @@ class FileSettings:
         if match and match.group(1) in self.values:
             lead = match.group(1)
             head, message = f"--config {self.path}: {lead}: ", message[match.end():]
+            message = re.sub(rf"(?:^|(?<=[\s(`'\"]))--{lead}(?![a-z0-9_])", f"{lead} (in the file)", message)  # (the
+            # fix's "drop --KEY" is about the file's line: the user typed no such flag)
         notes = []
         named = [k for k in dict.fromkeys(_FLAG_NAMED.findall(message)) if k in self.values and k != lead]
         if mentions and named:
             notes.append(f"{' and '.join(named)} {'is' if len(named) == 1 else 'are'} set in --config {self.path}")
         resolved = f"resolve against {_working_directory()}, not the file's directory"
-        for key, relative in self._missing_paths(message).items():
+        for key, relative in self._missing_paths(message, lead).items():
             if key == lead:
                 notes += [f"relative paths in --config {self.path} {resolved}"] if relative else []
             else:
@@ -373,28 +375,37 @@ class FileSettings:
                 notes.append(f"{key} is set in --config {self.path}{where}")
         return head + message + "".join(f"; {note}" for note in notes)
 
-    def _missing_paths(self, message: str) -> Dict[str, bool]:
+    def _missing_paths(self, message: str, lead: Optional[str] = None) -> Dict[str, bool]:
         """The path settings of the file that ``message`` says are not found, each with whether
-        one of its missing paths is relative."""
+        one of its missing paths is relative (``lead``: the setting the message is about, its
+        value first)."""
         if not any(marker in message.lower() for marker in _NOT_FOUND):
             return {}
         found: Dict[str, bool] = {}
         for key in PATH_SETTINGS:
+            if key == "output_dir":  # (the run makes it: its not being there yet is never the cause)
+                continue
             given = self.values.get(key)
             paths = [given] if isinstance(given, str) else list(given) if isinstance(given, (list, tuple)) else []
-            gone = [p for p in paths if isinstance(p, str) and p and "://" not in p and _names_missing(message, p, key)]
+            gone = [p for p in paths if isinstance(p, str) and p and "://" not in p
+                    and _names_missing(message, p, key, key == lead)]
             if gone:
                 found[key] = any(not os.path.isabs(p) for p in gone)
         return found
 
 
-def _names_missing(message: str, path: str, key: str) -> bool:
+def _names_missing(message: str, path: str, key: str, leading: bool = False) -> bool:
     """Whether ``message`` names ``path`` (for the prefix: a path under it), and no such file is
-    there: only then is where it resolved the answer."""
+    there: only then is where it resolved the answer. ``leading``: the message is about ``key``,
+    its value first ("tokens: no such directory")."""
+    if leading and message.startswith(path) and not os.path.lexists(path):
+        return True
     if key == "input_files_prefix":
         pattern, there = re.escape(path.rstrip("/") + "/"), os.path.isdir(path)
-    else:
+    elif "/" in path or "." in path:
         pattern, there = re.escape(path) + r"(?=$|[\s'\":;,)])", os.path.lexists(path)
+    else:  # (a bare word, "vocab": named only where quoted, or it is any word of the message's prose)
+        pattern, there = "['\"]" + re.escape(path) + "['\"]", os.path.lexists(path)
     return not there and re.search(r"(?:^|(?<=[\s'\"(]))" + pattern, message) is not None
 
 

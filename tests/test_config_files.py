@@ -135,7 +135,7 @@ def test_a_hexadecimal_seed_in_a_file_stops_the_cli_in_one_line(tmp_path, capsys
     ("short_seq_prob: 2.5\n", {}, "--config {p}: short_seq_prob: 2.5 is outside [0, 1]"),
     ("compression: zip\n", {}, "--config {p}: compression: must be one of none, gzip, got 'zip'"),
     ("text_key: body\n", {}, "--config {p}: text_key: only applies with --input_format jsonl (this run reads "
-                             "--input_format text); add --input_format jsonl or drop --text_key"),
+                             "--input_format text); add --input_format jsonl or drop text_key (in the file)"),
     ("max_seq_length: 20\n", {"max_predictions_per_seq": 30},
      "--max_predictions_per_seq 30 must be at least 1 and smaller than --max_seq_length 20; max_seq_length is set in "
      "--config {p}"),
@@ -253,3 +253,42 @@ def test_tokenize_says_where_the_files_paths_resolve(elsewhere, capsys):
                      f"{preset}, whose relative paths resolve against the working directory ({work}), not the file's "
                      f"directory"]
     assert os.listdir(work) == []
+
+
+def test_the_file_is_blamed_only_for_what_it_set_and_the_message_names(tmp_path, capsys, monkeypatch):
+    """helper-32: a file's output_dir named like a word of the message ("exist") was blamed for a
+    vocabulary given as a flag; a '--seed' inside a value made "seed is set in --config"; the fix
+    of a file's key said "drop --KEY", a flag the user never typed."""
+    (tmp_path / "meta.txt").write_text("a.txt\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    preset_of(tmp_path, "output_dir: exist\n", "out.yaml")
+    preset_of(tmp_path, "seed: 5\n", "seed.yaml")
+    preset_of(tmp_path, "text_key: body\n", "key.yaml")
+    assert error_lines(capsys, ["--config", "out.yaml", "--metadata_files", "meta.txt", "--vocab_file", "/nope/v.txt"]) == [
+        "create_tfrecords: error: vocab file '/nope/v.txt' does not exist"]
+    assert error_lines(capsys, ["--config", "seed.yaml", "--metadata_files", "meta.txt", "--vocab_file", "/nope/v.txt",
+                                "--name", "a--seed/b", "--print_config"]) == [
+        "create_tfrecords: error: --name 'a--seed/b' must be a plain file-name prefix (no slashes)"]
+    assert error_lines(capsys, ["--config", "key.yaml", "--metadata_files", "meta.txt", "--vocab_file", "/nope/v.txt",
+                                "--print_config"])[0].endswith("add --input_format jsonl or drop text_key (in the file)")
+
+
+def test_tokenize_takes_its_output_dir_from_the_file(tmp_path, capsys, monkeypatch):
+    """helper-32: tokenize said "--output_dir is required" when the --config file set it (it
+    checked the flags alone); it is required from one or the other, and never a URL."""
+    from bert_data.tools.tokenize import main as tokenize
+
+    metadata = write_corpus(tmp_path / "corpus", n_docs=4)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    monkeypatch.chdir(tmp_path)
+    common = ["--metadata_files", str(metadata), "--input_files_prefix", str(metadata.parent), "--vocab_file", str(vocab),
+              "--quiet"]
+    preset_of(tmp_path, f"output_dir: {tmp_path / 'cache'}\n", "tok.yaml")
+    preset_of(tmp_path, "output_dir: s3://bucket/cache\n", "url.yaml")
+    assert tokenize(["--config", "tok.yaml", *common]) == 0 and (tmp_path / "cache").is_dir()
+    capsys.readouterr()
+    assert error_lines(capsys, common, tool=tokenize) == [
+        "bert-data tokenize: error: --output_dir is required: the local (or mounted) directory the token cache goes to"]
+    assert error_lines(capsys, ["--config", "url.yaml", *common], tool=tokenize) == [
+        "bert-data tokenize: error: --config url.yaml: output_dir: s3://bucket/cache: a token cache goes to a local (or "
+        "mounted) directory, not a URL"]

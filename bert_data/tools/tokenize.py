@@ -37,6 +37,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return guarded(PROG, lambda: _main(argv), then=NOTHING_WRITTEN, writes_output=True)
 
 
+NEEDS_OUTPUT_DIR = "--output_dir is required: the local (or mounted) directory the token cache goes to"
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     parser.prog = PROG
@@ -55,8 +58,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                                      f"first (split_metadata) and tokenize each half into a cache of its own")
         return print_error(PROG, f"--{given[0]} is a create_tfrecords setting, not a tokenize one: one cache serves any "
                                  f"value of it; give it to create_tfrecords --from_tokens DIR")
-    if args.output_dir is None or "://" in args.output_dir:
-        return print_error(PROG, "--output_dir is required: the local (or mounted) directory the token cache goes to")
+    if args.output_dir is not None and "://" in args.output_dir:
+        return print_error(PROG, NEEDS_OUTPUT_DIR)
     level = resolve_log_level(args.log_level, bool(args.quiet))
     if level is None:
         return print_error(PROG, unknown_log_level(args.log_level))
@@ -69,6 +72,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     try:
         with _bert_input_list(args):
             config, from_file = configured_from_args(args)
+            if args.output_dir is None and "output_dir" not in (from_file.values if from_file else {}):
+                return print_error(PROG, NEEDS_OUTPUT_DIR)  # (no default: a cache goes where it is told)
+            if "://" in config.output_dir:
+                return print_error(PROG, explained(f"--output_dir {config.output_dir}: a token cache goes to a local (or "
+                                                   f"mounted) directory, not a URL", from_file))
             manifest, pool_kept = run_tokenize(config)
             work_is_done()  # (a stop while the summary prints, or at exit, changes nothing now)
     except BertDataError as exc:
