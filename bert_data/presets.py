@@ -185,9 +185,11 @@ def _load_yaml(text: str) -> Tuple[Any, Dict[str, str]]:
     finally:
         loader.dispose()
     spelled: Dict[str, str] = {}
-    for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
-        if isinstance(key_node, yaml.ScalarNode) and isinstance(value_node, yaml.ScalarNode) and value_node.style is None:
-            spelled[key_node.value] = value_node.value
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")  # (a tagged scalar is read as one in any style:
+    for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():  # !!int '017' is 15)
+        if isinstance(key_node, yaml.ScalarNode) and isinstance(value_node, yaml.ScalarNode) and (
+                value_node.style is None or value_node.tag in numbers):
+            spelled[key_node.value] = value_node.value.strip()  # (a block scalar ends with its newline)
     return data, spelled
 
 
@@ -304,6 +306,10 @@ def configure(
     if config_file is not None:
         values.update(load_yaml_config(resolve_config(config_file)))
         from_file = FileSettings(config_file, {k: v for k, v in values.items() if overrides.get(k) is None})
+        for name, what in EMPTY_IS_NOT_UNSET.items():  # ("" is a preset's none; blanks are a mistake)
+            given = from_file.values.get(name)
+            if isinstance(given, str) and given and not given.strip():
+                raise ConfigError(f"--config {config_file}: {name} is blank: give {what}, or leave it out")
     for name, what in EMPTY_IS_NOT_UNSET.items():  # (given as a flag: a preset, --print_config's included, writes "" for none)
         if isinstance(overrides.get(name), str) and not overrides[name].strip():
             raise ConfigError(f"--{name} is empty (an unset shell variable?): give {what}, or leave it out")

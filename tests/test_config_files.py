@@ -103,6 +103,15 @@ def test_a_file_takes_what_the_flag_takes_and_reads_it_the_same(tmp_path, key, t
     ("min_short_seq_length: abc\n", "min_short_seq_length: must be an integer, got 'abc'"),
     ("min_short_seq_length: true\n", "min_short_seq_length: must be an integer, got True"),
     ("overlap_size: 1.5\nmlm_only: true\n", "overlap_size: must be an integer, got 1.5"),
+    # helper-32: an explicit tag read the same spellings in any style, past the check
+    ("seed: !!int '017'\n", "seed: YAML 1.1 reads 017 as 15 but --seed as 17; write the number you mean (--seed takes "
+                            "a decimal integer)"),
+    ('seed: !!int "0x10"\n', "seed: 0x10 is YAML 1.1's spelling of 16, which --seed does not take; write 16 (--seed "
+                             "takes a decimal integer)"),
+    ("seed: !!int |\n  017\n", "seed: YAML 1.1 reads 017 as 15 but --seed as 17; write the number you mean (--seed "
+                               "takes a decimal integer)"),
+    ("from_tokens: '  '\n", "from_tokens is blank: give the token cache's directory (bert-data tokenize --output_dir "
+                            "DIR), or leave it out"),
 ])
 def test_yaml_spellings_the_flag_does_not_read_so_are_refused(tmp_path, text, message):
     preset = preset_of(tmp_path, text)
