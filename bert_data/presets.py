@@ -306,13 +306,12 @@ def configure(
     if config_file is not None:
         values.update(load_yaml_config(resolve_config(config_file)))
         from_file = FileSettings(config_file, {k: v for k, v in values.items() if overrides.get(k) is None})
-        for name, what in EMPTY_IS_NOT_UNSET.items():  # ("" is a preset's none; blanks are a mistake)
-            given = from_file.values.get(name)
-            if isinstance(given, str) and given and not given.strip():
-                raise ConfigError(f"--config {config_file}: {name} is blank: give {what}, or leave it out")
-    for name, what in EMPTY_IS_NOT_UNSET.items():  # (given as a flag: a preset, --print_config's included, writes "" for none)
-        if isinstance(overrides.get(name), str) and not overrides[name].strip():
+    for name, what in EMPTY_IS_NOT_UNSET.items():
+        flag, given = overrides.get(name), from_file.values.get(name) if from_file else None
+        if isinstance(flag, str) and not flag.strip():  # (a flag given empty: an unset shell variable)
             raise ConfigError(f"--{name} is empty (an unset shell variable?): give {what}, or leave it out")
+        if isinstance(given, str) and given and not given.strip():  # (in a file "" is a preset's none: blanks are a slip)
+            raise ConfigError(f"--config {config_file}: {name} is blank: give {what}, or leave it out")
     values.update({k: v for k, v in overrides.items() if v is not None})
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
@@ -342,7 +341,8 @@ def _merged(values: Dict[str, Any], base: Optional[Config], require_inputs: bool
 
 # "--KEY VALUE ...", "--KEY must ...", "--KEY: ...", but not "--A and --B contradict" nor "--A/--B are for ..."
 _LEADING_FLAG = re.compile(r"--([a-z][a-z0-9_]*)(?::? |:$|$)(?!and --)")
-_FLAG_NAMED = re.compile(r"(?:^|(?<=[\s(`'\"/]))--([a-z][a-z0-9_]*)(?![a-z0-9_])")  # (not inside a value: 'a--seed/b')
+_FLAG_TOKEN = r"(?:^|(?<=[\s(`'\"/]))--{}(?![a-z0-9_])"  # a flag as a line names it, never inside a value: 'a--seed/b'
+_FLAG_NAMED = re.compile(_FLAG_TOKEN.format("([a-z][a-z0-9_]*)"))
 _NOT_FOUND = ("does not exist", "no such", "not found", "matches no file")
 
 
@@ -366,8 +366,8 @@ class FileSettings:
         if match and match.group(1) in self.values:
             lead = match.group(1)
             head, message = f"--config {self.path}: {lead}: ", message[match.end():]
-            message = re.sub(rf"(?:^|(?<=[\s(`'\"]))--{lead}(?![a-z0-9_])", f"{lead} (in the file)", message)  # (the
-            # fix's "drop --KEY" is about the file's line: the user typed no such flag)
+            message = re.sub(_FLAG_TOKEN.format(lead), f"{lead} (in the file)", message)  # (the fix's "drop --KEY"
+            # is about the file's line: the user typed no such flag)
         notes = []
         named = [k for k in dict.fromkeys(_FLAG_NAMED.findall(message)) if k in self.values and k != lead]
         if mentions and named:

@@ -44,7 +44,9 @@ the same seed. A rewriting container has:
   into the local ``directory``, whose ``write_partial(path, stopped)`` takes the assembled shard
   (the runs, in order) and whose ``close()`` finishes the file(s) and returns
   ``[(file name, records)]`` in order (one file, or several when the format cuts a shard into
-  pieces, as MDS does); ``abort()`` removes what it wrote. Memory is bounded by the writer's own
+  pieces, as MDS does); ``abort()`` removes what it wrote; an optional ``reserve(size)``, called
+  first with the container's ``rewritten_size_bound``, takes the file's room on the disk (HDF5:
+  h5py meeting a full disk mid-file can crash the process). Memory is bounded by the writer's own
   buffer (an HDF5 chunk, an MDS file), never a whole shard (or, for Parquet, ``finish_in_place``);
 * ``sidecar``: the name of one file written beside the shards once all are written (MDS's
   ``index.json``), or None; ``sidecar_bytes(entries)`` makes it from what every shard writer's
