@@ -398,33 +398,30 @@ def test_frame_records_c_and_python_give_the_same_bytes(payloads, container):
 
 
 # --------------------------------------------------------------------------------------
-# copy_ranges (MDS pieces: mds.PieceAppender)
+# copy_ranges (MDS pieces: mds.PieceAppender's windows)
 # --------------------------------------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=400), st.data())
 def test_mds_pieces_take_the_same_sample_bytes_with_c_and_python(source, data):
-    """PieceAppender copies a batch's samples into its piece with ``copy_ranges`` or, without the
-    accelerator, a slice at a time: the same buffer and sizes either way, for any ranges."""
+    """A piece's samples are gathered a window at a time with ``copy_ranges`` or, without the
+    accelerator, a slice at a time: the same bytes either way, for any ranges and windows (samples
+    larger than the window come as they are)."""
     from bert_data.format import mds
 
     ranges = data.draw(st.lists(st.tuples(st.integers(0, len(source)), st.integers(0, 40)), max_size=12))
     starts = np.array([min(a, len(source)) for a, _ in ranges], np.int64)
     lengths = np.array([min(b, len(source) - a) for a, b in zip(starts.tolist(), (b for _, b in ranges))], np.int64)
+    window = data.draw(st.sampled_from([8, 30, 1 << 20]))
 
-    class Writer:  # (what PieceAppender reads of the writer between pieces)
-        size_limit, new_shard_size, extra_bytes_per_sample = None, 0, 4
+    def gathered():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(mds, "WINDOW", window)
+            return b"".join(bytes(chunk) for chunk in mds._gather(memoryview(source), starts, lengths))
 
-    def appended():
-        pieces = mds.PieceAppender(Writer())
-        pieces.HEADER_ROOM = 8
-        pieces.append(source, starts, lengths)
-        return pieces._buffer[8:8 + pieces._used].tobytes(), pieces.writer.new_shard_size
-
-    with_c, with_python = both(appended)
-    assert with_c == with_python
-    assert with_c[0] == b"".join(source[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
+    with_c, with_python = both(gathered)
+    assert with_c == with_python == b"".join(source[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
 
 
 @pytest.mark.parametrize("starts, lengths, at, size", [

@@ -28,6 +28,7 @@ from bert_data import storage
 from bert_data.config import Config
 from bert_data.format.batch_decode import decode_examples, iter_record_batches
 from bert_data.format.columns import ColumnError, from_columns, rows_to_batch, to_columns
+from bert_data.format.tfrecord import frame_records
 from bert_data.output.rewrite import shard_spec
 from bert_data.tools.create import main
 
@@ -375,9 +376,10 @@ MDS_LAYOUTS = {"nsp": 300, "mlm_only": 40, "unmasked": 20}  # layout -> max_seq_
 @given(st.data())
 def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path_factory, data) -> None:
     """The MDS writer is fed samples encoded in bulk (mds.encode_samples), its pieces made by
-    mds.PieceAppender: its pieces and index must be byte for byte those of ``MDSWriter.write``
-    called with each row, for any batches and piece size limits (several pieces per shard here,
-    pieces whose header does not fit the room kept for it, samples larger than the limit)."""
+    mds.PieceAppender, from the batches in memory and from their frames in a file (a partial
+    shard, read again per piece: mds.FramedFile): its pieces and index must be byte for byte those
+    of ``MDSWriter.write`` called with each row, for any batches, piece size limits and windows
+    (several pieces per shard here, samples larger than the limit or the window)."""
     _need("streaming")
     from bert_data.format import mds
 
@@ -401,29 +403,39 @@ def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path
     cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4)) if n > 1 else []))
     root = tmp_path_factory.mktemp("mds")
     base = mds.streaming_base()
-    writers = [mds.piece_writer(str(root / "bulk"), layout, limit, base.MDSWriter),
-               base.MDSWriter(out=str(root / "rows"), columns=mds.mds_columns(layout), compression=None,
-                              hashes=[mds.PIECE_HASH], size_limit=limit, max_workers=1)]
-    pieces = mds.PieceAppender(writers[0])
-    pieces.HEADER_ROOM = data.draw(st.sampled_from([mds.PieceAppender.HEADER_ROOM, 16, 64]))
-    with pytest.MonkeyPatch.context() as patch:  # (a piece is written a step at a time: steps of a few bytes too)
+    writers = {kind: mds.piece_writer(str(root / kind), layout, limit, base.MDSWriter) for kind in ("bulk", "framed")}
+    writers["rows"] = base.MDSWriter(out=str(root / "rows"), columns=mds.mds_columns(layout), compression=None,
+                                     hashes=[mds.PIECE_HASH], size_limit=limit, max_workers=1)
+    bulk, framed = mds.PieceAppender(writers["bulk"]), mds.PieceAppender(writers["framed"])
+    frames = []
+    with pytest.MonkeyPatch.context() as patch:  # (pieces are gathered a window at a time, written a step at a time:
+        patch.setattr(mds, "WINDOW", data.draw(st.sampled_from([mds.WINDOW, 16, 64, 700])))  # small ones too)
         patch.setattr(storage, "WRITE_STEP", data.draw(st.sampled_from([storage.WRITE_STEP, 7, 1000])))
         for a, b in zip([0] + cuts, cuts + [n]):
             batch = to_columns({k: v[a:b] for k, v in features.items()}, layout)
-            pieces.append_samples(mds.encode_samples(writers[0], batch))
+            samples = mds.encode_samples(writers["bulk"], batch)
+            bulk.append_samples(samples)
+            frames.append(frame_records([bytes(sample) for sample in samples]))
             for row in batch.iter_rows():
-                writers[1].write(row)
-        pieces.finish()
-    writers[1].finish()
+                writers["rows"].write(row)
+        bulk.finish()
+        (root / "frames").write_bytes(b"".join(frames))  # (a partial shard: the batches' frames back to back)
+        source = mds.FramedFile(str(root / "frames"))
+        for starts, lengths in source.frames():
+            framed.append_framed(source, starts, lengths)
+        framed.finish()
+        source.close()
+    writers["rows"].finish()
     names = sorted(os.listdir(root / "rows"))
-    assert sorted(os.listdir(root / "bulk")) == names and len(names) >= 2
-    assert all((root / "bulk" / name).read_bytes() == (root / "rows" / name).read_bytes() for name in names)
+    assert len(names) >= 2 and all(sorted(os.listdir(root / kind)) == names for kind in ("bulk", "framed"))
+    for kind in ("bulk", "framed"):
+        assert all((root / kind / name).read_bytes() == (root / "rows" / name).read_bytes() for name in names), kind
     if layout != "unmasked":  # an empty array is refused as MDSWriter refuses it, never written
         empty = to_columns(dict(features, masked_lm_weights=np.zeros_like(features["masked_lm_weights"]),
                                 masked_lm_positions=np.zeros_like(features["masked_lm_positions"]),
                                 masked_lm_ids=np.zeros_like(features["masked_lm_ids"])), layout)
         with pytest.raises(ValueError, match="0 elements"):
-            mds.encode_samples(writers[0], empty)
+            mds.encode_samples(writers["bulk"], empty)
 
 
 def test_the_mds_writer_is_imported_without_streamings_datasets_and_they_still_import_after() -> None:
@@ -445,6 +457,39 @@ def test_the_mds_writer_is_imported_without_streamings_datasets_and_they_still_i
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("pil_first", [False, True])
+def test_the_mds_writer_loads_without_pil_tqdm_filelock_or_compressors_and_streaming_uses_the_real_ones_after(pil_first, tmp_path) -> None:
+    """The writer's modules import PIL, tqdm, filelock, brotli, snappy and zstd at their top for
+    what writing never does (~0.04 s of a publish): stand-ins load none of them, and every later
+    use is the real module (a compressor's round trip, the JPEG encoding's isinstance, the
+    barrier's lock). A module the process already imported is used as it is (pil_first)."""
+    _need("streaming")
+    code = (
+        "import io, sys\n"
+        + ("import PIL.Image, PIL.JpegImagePlugin\n" if pil_first else "")
+        + "from bert_data.format import mds\n"
+        "mds.mds_writer_class()\n"
+        "loaded = sorted(m for m in ('PIL.Image', 'tqdm', 'filelock', 'brotli', 'snappy', 'zstd') if m in sys.modules)\n"
+        "assert not any(getattr(m, '__stand_in__', False) for m in list(sys.modules.values())), 'a stand-in stayed'\n"
+        "c, e, b = (sys.modules['streaming.base.' + n] for n in ('compression', 'format.mds.encodings', 'shared.barrier'))\n"
+        "assert [c.decompress(a, c.compress(a, b'abc' * 9)) for a in ('br', 'snappy', 'zstd')] == [b'abc' * 9] * 3\n"
+        "from PIL import Image, JpegImagePlugin\n"
+        "image, out = Image.new('RGB', (4, 4)), io.BytesIO()\n"
+        "image.save(out, 'JPEG')\n"
+        "jpeg = Image.open(io.BytesIO(out.getvalue()))\n"
+        "assert isinstance(jpeg, e.JpegImageFile) and not isinstance(image, e.JpegImageFile)\n"
+        "assert issubclass(JpegImagePlugin.JpegImageFile, e.JpegImageFile) and e.Image.Image is Image.Image\n"
+        "assert e.JPEG().encode(jpeg) == out.getvalue()  # (the file's own bytes: the JpegImageFile branch)\n"
+        "import filelock, tqdm\n"
+        "assert isinstance(b.FileLock(sys.argv[1]), filelock.FileLock)\n"
+        "assert sys.modules['streaming.base.storage.upload'].tqdm.tqdm is tqdm.tqdm\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lock")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == ("['PIL.Image']" if pil_first else "[]")
+
+
 @pytest.mark.parametrize("stand_ins_fit", [True, False])
 def test_mds_is_written_without_importing_torch_and_torch_still_works_after(corpus, tmp_path, stand_ins_fit) -> None:
     """The MDS writer's modules import torch.distributed and torch.utils.data for functions writing
@@ -457,7 +502,7 @@ def test_mds_is_written_without_importing_torch_and_torch_still_works_after(corp
     code = (
         "import sys\n"
         "from bert_data.format import mds\n"
-        + ("" if stand_ins_fit else "mds._STAND_INS['torch.utils.data'] = {}\n")
+        + ("" if stand_ins_fit else "from bert_data.format import streaming_import\nstreaming_import.STAND_INS['torch.utils.data'] = {}\n")
         + "from bert_data.tools.create import main\n"
         f"assert main({base_args(corpus['metadata'], corpus['vocab'], out, split_num=3, output_format='mds')!r}) == 0\n"
         "loaded = 'torch' in sys.modules\n"

@@ -352,3 +352,48 @@ def test_shards_are_placed_once_by_the_rewriting_thread_when_a_placing_thread_ca
     assert sorted(name for _, name in results[failing][2]) == sorted(results["threads"][1])  # each placed once
     assert {thread for thread, _ in results["threads"][2]} == {"bert_data-place"}
     assert refused and results[failing][2][0][0] != "bert_data-place"  # the first shard: by its own thread
+
+
+@pytest.mark.parametrize("damage", ["crc", "cut short", "frame cut short"])
+def test_a_damaged_partial_shard_says_what_the_record_reader_says(tmp_path, damage) -> None:
+    """MDS reads a partial shard a window at a time (mds.FramedFile), not with iter_record_batches;
+    a damaged one is still that reader's exact error (what and where), then the publish's fix."""
+    _need("streaming")
+    from bert_data.errors import OutputError, RecordFormatError
+    from bert_data.format.batch_decode import iter_record_batches
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+
+    data = bytearray(bytes(_three_rows_run()) * 3)
+    if damage == "crc":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = data[: len(data) // 2 if damage == "cut short" else 7]
+    source = tmp_path / "shard.partial"
+    source.write_bytes(bytes(data))
+    with pytest.raises(RecordFormatError) as read:
+        list(iter_record_batches(str(source)))
+    (tmp_path / "w").mkdir()
+    with pytest.raises(OutputError) as raised:
+        rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
+    assert str(raised.value) == f"{read.value}: the partial shard is damaged; start over with --overwrite"
+    assert not list((tmp_path / "w").iterdir())
+
+
+def test_mds_frames_written_to_after_they_were_read_are_refused(tmp_path) -> None:
+    """A piece reads its frames again when it is written (mds.FramedFile.gather); a partial shard
+    whose frames moved since the first read (written to meanwhile) is an error, never other bytes."""
+    from bert_data.errors import RecordFormatError
+    from bert_data.format import mds
+
+    run = bytes(_three_rows_run())
+    source = tmp_path / "shard.partial"
+    source.write_bytes(run * 2)
+    framed = mds.FramedFile(str(source))
+    (starts, lengths), = list(framed.frames())
+    payloads = b"".join((run * 2)[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
+    assert len(starts) == 6 and b"".join(bytes(chunk) for chunk in framed.gather(starts, lengths)) == payloads
+    source.write_bytes(run[:20] + run)  # (another writer: the frames are no longer where they were)
+    with pytest.raises(RecordFormatError, match=r"shard.partial: the frames at byte 0 changed after they were read"):
+        list(framed.gather(starts, lengths))
+    framed.close()

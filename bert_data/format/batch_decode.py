@@ -194,6 +194,12 @@ def _chunked_batches(stream: BinaryIO, chunk_bytes: int, position: Optional[Any]
         offset += end
 
 
+def cut_frames(data) -> Tuple[np.ndarray, np.ndarray, int, bool]:
+    """(payload starts, payload lengths, end of the last whole valid frame, whether a bad frame
+    was met) of the frames at the start of ``data`` (any contiguous buffer), both CRCs checked."""
+    return _cut_frames(data if _wire is not None else bytes(data), {})
+
+
 def _cut_frames(data: bytes, valid_crcs: Dict[int, int]) -> Tuple[np.ndarray, np.ndarray, int, bool]:
     """(payload starts, payload lengths, end of the last whole valid frame, whether a bad frame
     was met) of the frames at the start of ``data``: :func:`_cut_frames_c` when the accelerator

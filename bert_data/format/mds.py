@@ -20,16 +20,17 @@ uncompressed (a compressed MDS file is unpacked by the reader beside it, into th
 directory), each piece's xxh64 in the index (a function of its bytes only; inspect checks every
 piece's size and hash against it, as it checks TFRecords' CRCs). ``streaming`` is imported only
 here: :func:`streaming_base` (readers), :func:`mds_writer_class` (the writer's own modules: no
-transformers, 1.3 CPU-s less a run).
+transformers, 1.3 CPU-s less a run), both from :mod:`bert_data.format.streaming_import`.
 
 Speed (issue 28): ``MDSWriter.write`` of one row is ~50 us of Python, 5x the rest of a run, so the
 workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_frames`` from the
 padded rows, else whole-batch numpy, :func:`encode_samples`, in streaming's own encodings and
 column list, :func:`writer_columns`) into TFRecord frames; at publish the shard's writer reads the
-frames (CRCs checked) and copies the samples once into their piece (:class:`PieceAppender`;
-``MDSWriter``'s ``encode_joint_shard`` copies a piece twice), header before them; the
-``MDSWriter``'s ``flush_shard`` names, hashes, writes and lists every piece, its ``finish`` the
-index. ``tests/test_output_formats.py`` holds pieces and index byte for byte to ``MDSWriter.write``
+frames a window at a time (CRCs checked: :class:`FramedFile`) for the samples' sizes, which cut
+the pieces and make each header, then reads each piece's frames again and writes header and
+samples a window at a time (:class:`PieceAppender`, :class:`GatheredPiece`: no piece is held in
+memory; ``MDSWriter``'s ``encode_joint_shard`` copies a piece twice); the ``MDSWriter``'s
+``flush_shard`` names, hashes, writes and lists every piece, its ``finish`` the index. ``tests/test_output_formats.py`` holds pieces and index byte for byte to ``MDSWriter.write``
 row by row, ``tests/test_worker_encoding.py`` the C path to numpy.
 """
 
@@ -38,184 +39,31 @@ from __future__ import annotations
 import copy
 import errno
 import functools
-import importlib.util
 import json
 import os
 import shutil
 import stat
-import sys
 import threading
-import types
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import RecordFormatError
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
 from ..storage import write_in_steps
 from . import native
-from .batch_decode import iter_record_batches
+from . import batch_decode
+from .batch_decode import cut_frames, iter_record_batches
 from .columns import (
     KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_column, native_counts, rows_to_batch,
     shard_runs,
 )
+from .streaming_import import mds_writer_class, streaming_base  # noqa: F401 (streaming_base: the readers')
 from .tfrecord import frame_records
 
 PIECE_HASH = "xxh64"  # each piece's hash in index.json (streaming's own hashing; xxhash is installed beside it)
 SIZE_LIMIT = 1 << 26  # bytes of one MDS piece (streaming's default; an MDS file must stay below 4 GiB)
-
-
-_IMPORT_LOCK = threading.Lock()
-
-
-def streaming_base():
-    """``streaming.base`` (MDSWriter, StreamingDataset, the MDS reader).
-
-    ``import streaming`` also imports its vision and text datasets, hence torchvision, which
-    fails where torchvision is missing or does not match the installed torch (a CPU torch with
-    PyPI's CUDA torchvision, say) although nothing here needs it. When that import fails for that reason,
-    the package's ``base`` is imported without the package's ``__init__`` (the same code)."""
-    with _IMPORT_LOCK:
-        base = _import_streaming_base()
-        _link_submodules()
-        return base
-
-
-def _import_streaming_base():
-    try:
-        import streaming.base as base  # noqa: F401
-
-        return base
-    except ImportError as exc:
-        if (exc.name or "streaming").split(".")[0] == "streaming":
-            raise  # streaming itself is not installed
-    except Exception:  # noqa: BLE001 - torchvision's own import failing (RuntimeError), not streaming's
-        pass
-    spec = importlib.util.find_spec("streaming")
-    package = types.ModuleType("streaming")
-    package.__path__ = list(spec.submodule_search_locations)  # type: ignore[union-attr]
-    package.__spec__ = spec
-    for name in [m for m in sys.modules if m == "streaming" or m.startswith("streaming.")]:
-        del sys.modules[name]
-    sys.modules["streaming"] = package
-    import streaming.base as base
-
-    return base
-
-
-_WRITER_CLASS = None  # MDSWriter as imported by mds_writer_class
-
-
-def mds_writer_class():
-    """``MDSWriter``, for a run that only writes: imported without the ``__init__`` of ``streaming``
-    and ``streaming.base``, which import its datasets and data loader and with them transformers
-    (1.3 CPU-s and ~25 MB in a run whose MDS writing costs about as much; the writer's own modules
-    need torch only). Its modules stay imported, the two packages do not: a later ``import
-    streaming`` (a reader, :func:`streaming_base`) imports them whole, as usual, around those
-    modules. When ``streaming.base`` is already imported, its ``MDSWriter`` is the one used."""
-    global _WRITER_CLASS
-    with _IMPORT_LOCK:
-        base = sys.modules.get("streaming.base")
-        if base is not None and hasattr(base, "MDSWriter"):
-            return base.MDSWriter
-        if _WRITER_CLASS is None:
-            _WRITER_CLASS = _import_writer_alone()
-        return _WRITER_CLASS
-
-
-def _import_writer_alone():
-    if "torch" not in sys.modules:
-        before = set(sys.modules)
-        try:
-            return _import_writer_modules(lazy_torch=True)
-        except ImportError:  # another streaming release uses torch at import: its modules go, then with torch
-            for name in set(sys.modules) - before:
-                if name.split(".")[0] == "streaming":
-                    del sys.modules[name]
-    return _import_writer_modules(lazy_torch=False)
-
-
-def _import_writer_modules(lazy_torch: bool):
-    spec = importlib.util.find_spec("streaming")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("No module named 'streaming'", name="streaming")
-    packages = {name: sys.modules.get(name) for name in ("streaming", "streaming.base")}
-    lazy = {name: _LazyModule(name) for name in _STAND_INS} if lazy_torch else {}
-    for name, module in lazy.items():  # each an attribute of its parent (`import torch.distributed as dist` reads it)
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(lazy[parent], child, module)
-    root = types.ModuleType("streaming")
-    root.__path__ = list(spec.submodule_search_locations)
-    base = types.ModuleType("streaming.base")
-    base.__path__ = [os.path.join(path, "base") for path in root.__path__]
-    try:
-        sys.modules["streaming"], sys.modules["streaming.base"] = root, base
-        sys.modules.update(lazy)
-        return importlib.import_module("streaming.base.format.mds.writer").MDSWriter
-    finally:  # the two packages as they were (absent); the modules under them stay (upload.py looks itself up)
-        for name, module in packages.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-        for name, module in lazy.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]  # a later `import torch` is the real one; the writer's `dist` loads it when used
-
-
-class _LazyModule(types.ModuleType):
-    """A module (``torch``, ``torch.distributed``) that the MDS writer's modules import but that
-    is loaded only when one of its attributes is first used. ``streaming.base.util`` imports
-    ``torch.distributed`` at its top for functions the writer never calls (index merging): PyTorch
-    would cost every MDS run 1.0 CPU-s and ~250 MB of imports. Once the writer is imported the
-    stand-ins leave ``sys.modules``; an attribute read then imports the real module and returns
-    its attribute (while they still stand in, nothing is read through them)."""
-
-    __stand_in__ = True
-
-    def __getattr__(self, attribute: str):
-        if attribute.startswith("__"):  # (__path__, __file__...: what the import machinery asks hasattr() of)
-            raise AttributeError(attribute)
-        if sys.modules.get(self.__name__) is self:  # still standing in, while the writer's modules load
-            kind = _STAND_INS[self.__name__].get(attribute)
-            if kind == "annotation":
-                return type(attribute, (), {"__module__": self.__name__, "__doc__": "bert_data's stand-in (annotations)"})
-            if kind == "function":
-                return _forwarding(self.__name__, attribute)
-            raise ImportError(f"{self.__name__}.{attribute} is used while the MDS writer's modules load")
-        return getattr(importlib.import_module(self.__name__), attribute)
-
-
-def _forwarding(module: str, name: str):
-    """A function that calls ``module.name``, importing the module at its first call."""
-
-    def forward(*args, **kwargs):
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-    forward.__name__ = forward.__qualname__ = name
-    return forward
-
-
-# The torch modules the writer's modules of mosaicml-streaming 0.13 import, and the names they take from
-# them as they load: classes only to annotate functions (streaming/base/distributed.py: `from torch
-# import Tensor`), functions called only by readers (streaming/base/world.py: `get_worker_info`). Any
-# other name read while they load makes the import start over with torch (another release's modules).
-_STAND_INS: Dict[str, Dict[str, str]] = {
-    "torch": {"Tensor": "annotation"},
-    "torch.distributed": {},
-    "torch.utils": {},
-    "torch.utils.data": {"get_worker_info": "function"},
-}
-
-
-def _link_submodules() -> None:
-    """Each imported ``streaming`` module an attribute of its package, as an import makes it: the
-    packages imported after :func:`mds_writer_class` did not import the modules it left."""
-    for name, module in list(sys.modules.items()):
-        parent, _, child = name.rpartition(".")
-        if parent.split(".")[0] == "streaming" and parent in sys.modules and not hasattr(sys.modules[parent], child):
-            setattr(sys.modules[parent], child, module)
 
 
 def mds_columns(layout: str) -> Dict[str, str]:
@@ -283,21 +131,26 @@ class ShardFileWriter:
         shutil.rmtree(self._scratch, ignore_errors=True)
         self._writer = piece_writer(self._scratch, spec.layout, SIZE_LIMIT)
         self._pieces = PieceAppender(self._writer)
+        self._framed: List[FramedFile] = []  # the partial shards its pieces read (closed with the writer)
         self.sidecar_entries: List[Dict] = []
         self._written: List[str] = []  # piece names renamed into directory (abort removes them)
 
     def write_partial(self, source: str, stopped: Callable[[], bool] = lambda: False) -> None:
         """The assembled shard ``source``: TFRecord frames of samples the workers encoded
-        (:func:`frame_samples`), every CRC checked, appended to the ``MDSWriter``'s pieces a batch
-        at a time (:class:`PieceAppender`); the writer hashes and writes each piece. ``stopped()``
-        is asked between batches (~1 MB: the run is stopping, give up)."""
-        for batch in iter_record_batches(source):
-            if stopped():
-                raise InterruptedError(self.name)
-            self._pieces.append(batch.data, batch.starts, batch.lengths)
+        (:func:`frame_samples`), every CRC checked, appended to the ``MDSWriter``'s pieces a window
+        at a time (:class:`PieceAppender`, :class:`FramedFile`); the writer hashes and writes each
+        piece. ``stopped()`` is asked between windows (~1 MB: the run is stopping, give up)."""
+        try:
+            framed = FramedFile(source)
+        except OSError as exc:  # (as iter_record_batches says it: the caller tells an I/O error by its cause)
+            raise RecordFormatError(f"{source}: cannot open TFRecord file: {exc.strerror or exc}") from exc
+        self._framed.append(framed)
+        for starts, lengths in framed.frames(stopped):
+            self._pieces.append_framed(framed, starts, lengths)
 
     def close(self) -> List[Tuple[str, int]]:
         self._pieces.finish()
+        self._close_framed()
         with open(os.path.join(self._scratch, MDS_INDEX_NAME), encoding="utf-8") as handle:
             entries = json.load(handle)["shards"]
         out = []
@@ -311,8 +164,13 @@ class ShardFileWriter:
         self.sidecar_entries = entries
         return out
 
+    def _close_framed(self) -> None:
+        while self._framed:
+            self._framed.pop().close()
+
     def abort(self) -> None:
         try:
+            self._close_framed()
             self._writer.cancel_future_jobs()
         finally:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -388,23 +246,29 @@ def _gather_rows(parts: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]], n: 
 @functools.lru_cache(maxsize=None)
 def _piece_writer_class(writer_class):
     """``writer_class`` (streaming's ``MDSWriter``) whose ``encode_joint_shard`` returns the piece
-    a :class:`PieceAppender` made; everything else (naming, hashing, the index entry, the index)
-    is the writer's own ``flush_shard`` and ``finish``, and so is writing the file (``_process_file``)
-    but for its write() calls, made at most 1 MB each."""
+    a :class:`PieceAppender` made (a :class:`GatheredPiece`); everything else (naming, the index
+    entry, the index) is the writer's own ``flush_shard`` and ``finish``, and so is writing the
+    file (``_process_file``: hash, then write) but for its bytes, which come a window at a time,
+    hashed as they are written, each write() at most 1 MB."""
 
     class PieceWriter(writer_class):
-        piece: Optional[memoryview] = None
+        piece: Optional["GatheredPiece"] = None
 
         def encode_joint_shard(self):
             return self.piece
 
-        def _process_file(self, raw_data, raw_basename, zip_basename):  # (the writer's, written in steps)
-            if zip_basename:
-                return super()._process_file(raw_data, raw_basename, zip_basename)
-            raw_info = self._hash(raw_data, raw_basename)
+        def _process_file(self, raw_data, raw_basename, zip_basename):  # (the writer's, a window at a time)
+            if zip_basename or list(self.hashes) != [PIECE_HASH]:  # (never here: compression=None, hashes=[xxh64])
+                return super()._process_file(raw_data.tobytes(), raw_basename, zip_basename)
+            import xxhash  # (streaming's own xxh64: hashing.get_hash is xxhash.xxh64(data).hexdigest())
+
+            digest, size = xxhash.xxh64(), 0
             with open(os.path.join(self.local, raw_basename), "wb") as out:
-                write_in_steps(out, raw_data)
-            return raw_info, None
+                for chunk in raw_data.chunks():
+                    digest.update(chunk)
+                    write_in_steps(out, chunk)
+                    size += len(chunk)
+            return {"basename": raw_basename, "bytes": size, "hashes": {PIECE_HASH: digest.hexdigest()}}, None
 
     PieceWriter.__name__ = PieceWriter.__qualname__ = f"Piece{writer_class.__name__}"
     return PieceWriter
@@ -417,51 +281,36 @@ def piece_writer(out: str, layout: str, size_limit: Optional[int], writer_class=
         out=out, columns=mds_columns(layout), compression=None, hashes=[PIECE_HASH], size_limit=size_limit, max_workers=1)
 
 
-_SPARE = threading.local()  # a finished PieceAppender's buffer, for the next one of its thread
-
-
 class PieceAppender:
     """Encoded samples appended to an MDS writer (:func:`piece_writer`) as ``writer.write(row)``
-    would append them, a batch at a time, each piece made in one copy.
+    would append them, a batch at a time, each piece gathered once when it is cut.
 
     ``MDSWriter.write`` of one row costs ~50 us of Python, and its ``encode_joint_shard`` copies a
-    64 MB piece twice into fresh memory (a join, then the header before it): ~3.5 s/GB at publish.
-    Here the samples are copied once, from the frames they were read in, into one buffer kept for
-    every piece (and the thread's next shard: its pages are mapped already), after a room for the
-    header; when the piece is cut (where ``write`` cuts it: ``streaming/base/format/base/writer.py``,
-    the sample that does not fit the size limit starts the next piece) its header (the count, the
+    64 MB piece twice into fresh memory (a join, then the header before it). Here a piece is only
+    the runs of samples it holds (a batch's data, or a partial shard's frames: :meth:`append_framed`)
+    until it is cut (where ``write`` cuts it: ``streaming/base/format/base/writer.py``, the sample
+    that does not fit the size limit starts the next piece); then its header (the count, the
     uint32 offsets, the writer's ``config_data``: ``encode_joint_shard`` of
-    ``streaming/base/format/mds/writer.py``) goes just before them, and the writer's own
-    ``flush_shard`` hashes, writes and lists that view. ``tests/test_output_formats.py`` holds the
-    pieces and index to ``MDSWriter.write``'s, byte for byte."""
-
-    HEADER_ROOM = 1 << 20  # bytes kept before the samples for a piece's header: 262,000 samples (a
-    # 64 MB piece of ~256-byte samples); a piece with more gets its header by one more copy
+    ``streaming/base/format/mds/writer.py``) and its samples are written a window at a time
+    (:class:`GatheredPiece`) by the writer's own ``flush_shard``, which names, hashes and lists
+    it. No piece is ever whole in memory: a 1 MB window per thread, used again for every piece
+    (fresh memory is what costs here: 2.4 ms per MB of first touch in this VM).
+    ``tests/test_output_formats.py`` holds the pieces and index to ``MDSWriter.write``'s, byte for byte."""
 
     def __init__(self, writer) -> None:
         self.writer = writer
-        self._buffer, _SPARE.buffer = getattr(_SPARE, "buffer", None), None  # (a fresh one: ~4 ms of page faults
-        self._buffer = np.empty(0, np.uint8) if self._buffer is None else self._buffer  # per 9 MB shard here)
-        self._view = memoryview(self._buffer)
-        self._used = 0  # bytes of samples in the buffer, from HEADER_ROOM
-        self._sizes: List[np.ndarray] = []  # each appended run's sample sizes
+        self._runs: List[Tuple[object, np.ndarray, np.ndarray]] = []  # (source, starts, lengths) of the piece
+        self._sizes: List[np.ndarray] = []  # each run's sample sizes
 
     def append(self, data, starts: np.ndarray, lengths: np.ndarray) -> None:
-        """Samples ``data[starts[i] : starts[i] + lengths[i]]``, in order."""
-        writer, view = self.writer, memoryview(data)
-        sizes = lengths.astype(np.int64) + writer.extra_bytes_per_sample
-        i, n = 0, len(lengths)
-        while i < n:
-            fit = n - i
-            if writer.size_limit:
-                room = writer.size_limit - writer.new_shard_size
-                fit = int(np.searchsorted(np.cumsum(sizes[i:]), room, side="right"))
-            self._copy(view, starts[i:i + fit], lengths[i:i + fit], int(sizes[i:i + fit].sum()))
-            i += fit
-            if i < n:  # sample i does not fit: the piece is written and sample i starts the next one
-                self.flush()
-                self._copy(view, starts[i:i + 1], lengths[i:i + 1], int(sizes[i]))
-                i += 1
+        """Samples ``data[starts[i] : starts[i] + lengths[i]]``, in order (``data`` is kept until
+        the piece is written)."""
+        self._append(memoryview(data).cast("B"), starts, lengths)
+
+    def append_framed(self, source: "FramedFile", starts: np.ndarray, lengths: np.ndarray) -> None:
+        """The payloads of consecutive frames of ``source`` (their offsets in the file), in order:
+        read again, and checked again, when the piece is written."""
+        self._append(source, starts, lengths)
 
     def append_samples(self, samples: Sequence[memoryview]) -> None:
         """:meth:`append` of separate samples (``encode_samples``' rows)."""
@@ -469,30 +318,28 @@ class PieceAppender:
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(samples) else lengths
         self.append(b"".join(samples), starts, lengths)
 
-    def _copy(self, view: memoryview, starts: np.ndarray, lengths: np.ndarray, size: int) -> None:
-        if not len(lengths):
-            return
-        total = int(lengths.sum())
-        if self.HEADER_ROOM + self._used + total > len(self._buffer):
-            self._grow(self.HEADER_ROOM + self._used + total)
-        out, at = self._view, self.HEADER_ROOM + self._used
-        wire = native.wire()
-        if wire is not None:  # (one C loop of memcpy; the Python loop is the reference, ~1.4 us a sample)
-            wire.copy_ranges(view, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), out, at)
-        else:
-            for start, length in zip(starts.tolist(), lengths.tolist()):
-                out[at:at + length] = view[start:start + length]
-                at += length
-        self._used += total
-        self._sizes.append(lengths)
-        self.writer.new_shard_size += size
+    def _append(self, source, starts: np.ndarray, lengths: np.ndarray) -> None:
+        writer = self.writer
+        starts, lengths = starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False)
+        sizes = lengths + writer.extra_bytes_per_sample
+        i, n = 0, len(lengths)
+        while i < n:
+            fit = n - i
+            if writer.size_limit:
+                room = writer.size_limit - writer.new_shard_size
+                fit = int(np.searchsorted(np.cumsum(sizes[i:]), room, side="right"))
+            self._take(source, starts[i:i + fit], lengths[i:i + fit], int(sizes[i:i + fit].sum()))
+            i += fit
+            if i < n:  # sample i does not fit: the piece is written and sample i starts the next one
+                self.flush()
+                self._take(source, starts[i:i + 1], lengths[i:i + 1], int(sizes[i]))
+                i += 1
 
-    def _grow(self, need: int) -> None:
-        """A buffer of at least ``need`` bytes (the size limit's: pieces are cut there), samples kept."""
-        limit = self.writer.size_limit or 0
-        grown = np.empty(max(need, self.HEADER_ROOM + limit, 2 * len(self._buffer)), np.uint8)
-        grown[self.HEADER_ROOM:self.HEADER_ROOM + self._used] = self._buffer[self.HEADER_ROOM:self.HEADER_ROOM + self._used]
-        self._buffer, self._view = grown, memoryview(grown)
+    def _take(self, source, starts: np.ndarray, lengths: np.ndarray, size: int) -> None:
+        if len(lengths):
+            self._runs.append((source, starts, lengths))
+            self._sizes.append(lengths)
+            self.writer.new_shard_size += size
 
     def flush(self) -> None:
         """The samples appended since the last piece as the writer's next piece (even none: where
@@ -503,30 +350,164 @@ class PieceAppender:
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.uint32)  # as encode_joint_shard makes them
         offsets += 4 + 4 * (count + 1) + len(writer.config_data)
         header = np.uint32(count).tobytes() + offsets.tobytes() + writer.config_data
-        if len(self._buffer) < self.HEADER_ROOM:  # (an empty first piece: nothing was copied yet)
-            self._grow(self.HEADER_ROOM)
-        body = self._view[self.HEADER_ROOM:self.HEADER_ROOM + self._used]
-        if len(header) <= self.HEADER_ROOM:
-            begin = self.HEADER_ROOM - len(header)
-            self._view[begin:self.HEADER_ROOM] = header
-            writer.piece = self._view[begin:self.HEADER_ROOM + self._used]
-        else:
-            writer.piece = memoryview(header + body.tobytes())
+        writer.piece = GatheredPiece(header, self._runs, int(sizes.sum()))
         writer.new_samples = [None] * count  # (flush_shard lists len(new_samples) as the piece's samples)
         try:
             writer.flush_shard()
         finally:
             writer.piece = None
         writer._reset_cache()
-        self._used, self._sizes = 0, []
+        self._runs, self._sizes = [], []
 
     def finish(self) -> None:
         """The last piece (if it holds samples), then the writer's index and its end."""
         if self._sizes:
             self.flush()
         self.writer.finish()
-        if len(self._buffer) <= self.HEADER_ROOM + (self.writer.size_limit or 0):  # (not one grown for a huge sample)
-            _SPARE.buffer = self._buffer
+
+
+WINDOW = 1 << 20  # bytes of samples gathered at once into a thread's window (written, hashed, then the next)
+_WINDOW = threading.local()  # each thread's window, kept for its next piece: its pages are touched already
+
+
+def _window(size: int) -> memoryview:
+    """This thread's window, at least ``size`` bytes (one larger sample's frame grows it for once)."""
+    window = getattr(_WINDOW, "buffer", None)
+    if window is None or len(window) < size:
+        window = np.empty(max(size, WINDOW), np.uint8)
+        if size <= WINDOW:
+            _WINDOW.buffer = window
+    return memoryview(window)
+
+
+class GatheredPiece:
+    """An MDS piece not held in memory: its header and the runs of samples it gathers
+    (:class:`PieceAppender`), handed out a window at a time by :meth:`chunks` (each chunk is valid
+    until the next is asked for)."""
+
+    def __init__(self, header: bytes, runs: Sequence[Tuple[object, np.ndarray, np.ndarray]], body: int) -> None:
+        self.header, self.runs, self.body = header, runs, body
+
+    def __len__(self) -> int:
+        return len(self.header) + self.body
+
+    def chunks(self) -> Iterator[memoryview]:
+        yield memoryview(self.header)
+        for source, starts, lengths in self.runs:
+            if isinstance(source, FramedFile):
+                yield from source.gather(starts, lengths)
+            else:
+                yield from _gather(source, starts, lengths)
+
+    def tobytes(self) -> bytes:
+        return b"".join([bytes(chunk) for chunk in self.chunks()])
+
+
+def _spans(begins: np.ndarray, ends: np.ndarray) -> Iterator[Tuple[int, int]]:
+    """Consecutive items ``[i, j)`` whose bytes, ``begins[i]`` to ``ends[j - 1]``, take at most a
+    window (or one item, larger than a window)."""
+    i, n = 0, len(begins)
+    while i < n:
+        j = max(i + 1, int(np.searchsorted(ends, begins[i] + WINDOW, side="right")))
+        yield i, min(j, n)
+        i = min(j, n)
+
+
+def _copy_ranges(source, starts: np.ndarray, lengths: np.ndarray, out: memoryview) -> int:
+    """``source``'s ranges back to back at the start of ``out`` (which may be ``source``: each
+    range moves left); their total. One C loop of memmove, or a slice at a time without it."""
+    wire = native.wire()
+    if wire is not None:
+        return wire.copy_ranges(source, starts, lengths, out, 0)
+    at = 0
+    for start, length in zip(starts.tolist(), lengths.tolist()):
+        out[at:at + length] = source[start:start + length]
+        at += length
+    return at
+
+
+def _gather(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> Iterator[memoryview]:
+    """Samples of a batch in memory, a window at a time (one larger than a window: as it is)."""
+    ends = np.cumsum(lengths)  # (the samples' ends as if back to back: a window takes their total)
+    for i, j in _spans(ends - lengths, ends):
+        if j == i + 1 and lengths[i] > WINDOW:
+            yield view[int(starts[i]):int(starts[i] + lengths[i])]
+            continue
+        window = _window(WINDOW)
+        yield window[:_copy_ranges(view, starts[i:j], lengths[i:j], window)]
+
+
+class FramedFile:
+    """A partial shard of TFRecord frames (:func:`frame_samples`), read twice by the pieces made
+    of it, a window at a time: once for the frames' lengths (:meth:`frames`: where the pieces are
+    cut, whose headers precede their samples; every CRC checked), then a piece's frames again when
+    it is written (:meth:`gather`). Both reads land in the thread's window, so nothing of a shard
+    or a piece is held, and no memory but the window is touched."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._handle = batch_decode._open_regular(path)  # (iter_record_batches' opening: not a FIFO that would block)
+        self.fd = self._handle.fileno()
+        self.size = os.fstat(self.fd).st_size
+
+    def _read(self, window: memoryview, at: int) -> int:
+        """``window`` filled from byte ``at`` (less only at the file's end); the bytes read."""
+        got = 0
+        while got < len(window):
+            more = os.preadv(self.fd, [window[got:]], at + got)
+            if not more:
+                break
+            got += more
+        return got
+
+    def frames(self, stopped: Callable[[], bool] = lambda: False) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """(payload offsets in the file, lengths) of every frame, in order, a window at a time, both
+        CRCs of each checked. A damaged or cut-short file raises what ``iter_record_batches``
+        raises for it. ``stopped()`` is asked between windows (the run is stopping: give up)."""
+        at, need = 0, WINDOW
+        while at < self.size:
+            if stopped():
+                raise InterruptedError(self.path)
+            window = _window(need)[:min(need, self.size - at)]
+            got = self._read(window, at)
+            starts, lengths, end, bad = cut_frames(window[:got])
+            if bad or (not end and got < need):  # a damaged frame, or one the file's end cuts short
+                self._damaged(at + end)
+            if not end:  # one frame larger than the window (its header checked): read it whole
+                need = 16 + int(np.frombuffer(window[:8], "<u8")[0])
+                if need > self.size - at:
+                    self._damaged(at)
+                continue
+            yield at + starts, lengths
+            at, need = at + end, WINDOW
+
+    def _damaged(self, at: int) -> None:
+        for _ in iter_record_batches(self.path):  # (its exact error: the frame, what is wrong with it)
+            pass
+        raise RecordFormatError(f"{self.path}: a damaged frame at byte {at}")
+
+    def gather(self, starts: np.ndarray, lengths: np.ndarray) -> Iterator[memoryview]:
+        """The payloads at ``starts`` (offsets in the file) of consecutive frames, a window at a
+        time. Their CRCs held when :meth:`frames` read them from the same page cache moments ago;
+        here each frame's length is checked to be where it was (the file was not written to since)."""
+        begins, ends = starts - 12, starts + lengths + 4  # (a frame: length, its CRC, payload, its CRC)
+        for i, j in _spans(begins, ends):
+            at, size = int(begins[i]), int(ends[j - 1] - begins[i])
+            window = _window(size)[:size]
+            heads = begins[i:j] - at
+            if self._read(window, at) < size or not np.array_equal(_u64_at(window, heads), lengths[i:j]):
+                raise RecordFormatError(f"{self.path}: the frames at byte {at} changed after they were read "
+                                        f"(the file was written to meanwhile)")
+            yield window[:_copy_ranges(window, heads + 12, lengths[i:j], window)]
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _u64_at(window: memoryview, at: np.ndarray) -> np.ndarray:
+    """The little-endian uint64 at each offset ``at`` of ``window``."""
+    u8 = np.frombuffer(window, np.uint8)
+    return np.ascontiguousarray(u8[at[:, None] + np.arange(8)]).view("<u8").reshape(-1).astype(np.int64)
 
 
 def index_bytes(entries: Sequence[Sequence[Dict]]) -> bytes:
