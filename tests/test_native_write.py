@@ -408,7 +408,7 @@ def test_mds_pieces_take_the_same_sample_bytes_with_c_and_python(source, data):
     """A piece's samples are gathered a window at a time with ``copy_ranges`` or, without the
     accelerator, a slice at a time: the same bytes either way, for any ranges and windows (samples
     larger than the window come as they are)."""
-    from bert_data.format import mds
+    from bert_data.format import framed
 
     ranges = data.draw(st.lists(st.tuples(st.integers(0, len(source)), st.integers(0, 40)), max_size=12))
     starts = np.array([min(a, len(source)) for a, _ in ranges], np.int64)
@@ -417,8 +417,8 @@ def test_mds_pieces_take_the_same_sample_bytes_with_c_and_python(source, data):
 
     def gathered():
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(mds, "WINDOW", window)
-            return b"".join(bytes(chunk) for chunk in mds._gather(memoryview(source), starts, lengths))
+            patch.setattr(framed, "WINDOW", window)
+            return b"".join(bytes(chunk) for chunk in framed.gather_memory(memoryview(source), starts, lengths))
 
     with_c, with_python = both(gathered)
     assert with_c == with_python == b"".join(source[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))

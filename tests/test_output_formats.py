@@ -377,11 +377,11 @@ MDS_LAYOUTS = {"nsp": 300, "mlm_only": 40, "unmasked": 20}  # layout -> max_seq_
 def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path_factory, data) -> None:
     """The MDS writer is fed samples encoded in bulk (mds.encode_samples), its pieces made by
     mds.PieceAppender, from the batches in memory and from their frames in a file (a partial
-    shard, read again per piece: mds.FramedFile): its pieces and index must be byte for byte those
+    shard, read again per piece: framed.FramedFile): its pieces and index must be byte for byte those
     of ``MDSWriter.write`` called with each row, for any batches, piece size limits and windows
     (several pieces per shard here, samples larger than the limit or the window)."""
     _need("streaming")
-    from bert_data.format import mds
+    from bert_data.format import framed as framed_module, mds
 
     layout = data.draw(st.sampled_from(sorted(MDS_LAYOUTS)))
     seq, pred = MDS_LAYOUTS[layout], 6
@@ -409,7 +409,7 @@ def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path
     bulk, framed = mds.PieceAppender(writers["bulk"]), mds.PieceAppender(writers["framed"])
     frames = []
     with pytest.MonkeyPatch.context() as patch:  # (pieces are gathered a window at a time, written a step at a time:
-        patch.setattr(mds, "WINDOW", data.draw(st.sampled_from([mds.WINDOW, 16, 64, 700])))  # small ones too)
+        patch.setattr(framed_module, "WINDOW", data.draw(st.sampled_from([framed_module.WINDOW, 16, 64, 700])))  # small ones too)
         patch.setattr(storage, "WRITE_STEP", data.draw(st.sampled_from([storage.WRITE_STEP, 7, 1000])))
         for a, b in zip([0] + cuts, cuts + [n]):
             batch = to_columns({k: v[a:b] for k, v in features.items()}, layout)
@@ -420,9 +420,9 @@ def test_mds_bulk_encoding_writes_the_bytes_mdswriter_writes_row_by_row(tmp_path
                 writers["rows"].write(row)
         bulk.finish()
         (root / "frames").write_bytes(b"".join(frames))  # (a partial shard: the batches' frames back to back)
-        source = mds.FramedFile(str(root / "frames"))
-        for starts, lengths in source.frames():
-            framed.append_framed(source, starts, lengths)
+        source = framed_module.FramedFile(str(root / "frames"))
+        for frames_read in source.frames():
+            framed.append_framed(source, frames_read.starts, frames_read.lengths)
         framed.finish()
         source.close()
     writers["rows"].finish()

@@ -356,7 +356,7 @@ def test_shards_are_placed_once_by_the_rewriting_thread_when_a_placing_thread_ca
 
 @pytest.mark.parametrize("damage", ["crc", "cut short", "frame cut short"])
 def test_a_damaged_partial_shard_says_what_the_record_reader_says(tmp_path, damage) -> None:
-    """MDS reads a partial shard a window at a time (mds.FramedFile), not with iter_record_batches;
+    """MDS reads a partial shard a window at a time (bert_data.format.framed), not with iter_record_batches;
     a damaged one is still that reader's exact error (what and where), then the publish's fix."""
     _need("streaming")
     from bert_data.errors import OutputError, RecordFormatError
@@ -381,16 +381,17 @@ def test_a_damaged_partial_shard_says_what_the_record_reader_says(tmp_path, dama
 
 
 def test_mds_frames_written_to_after_they_were_read_are_refused(tmp_path) -> None:
-    """A piece reads its frames again when it is written (mds.FramedFile.gather); a partial shard
+    """A piece reads its frames again when it is written (framed.FramedFile.gather); a partial shard
     whose frames moved since the first read (written to meanwhile) is an error, never other bytes."""
     from bert_data.errors import RecordFormatError
-    from bert_data.format import mds
+    from bert_data.format.framed import FramedFile
 
     run = bytes(_three_rows_run())
     source = tmp_path / "shard.partial"
     source.write_bytes(run * 2)
-    framed = mds.FramedFile(str(source))
-    (starts, lengths), = list(framed.frames())
+    framed = FramedFile(str(source))
+    frames, = list(framed.frames())
+    starts, lengths = frames.starts, frames.lengths
     payloads = b"".join((run * 2)[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
     assert len(starts) == 6 and b"".join(bytes(chunk) for chunk in framed.gather(starts, lengths)) == payloads
     source.write_bytes(run[:20] + run)  # (another writer: the frames are no longer where they were)

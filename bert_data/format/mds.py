@@ -43,22 +43,18 @@ import json
 import os
 import shutil
 import stat
-import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import RecordFormatError
 from ..output.naming import MDS_INDEX_NAME, MDS_SUFFIX
 from ..storage import write_in_steps
-from . import native
-from . import batch_decode
-from .batch_decode import cut_frames, iter_record_batches
 from .columns import (
     KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_column, native_counts, rows_to_batch,
     shard_runs,
 )
+from .framed import FramedFile, gather_memory
 from .streaming_import import mds_writer_class, streaming_base  # noqa: F401 (streaming_base: the readers')
 from .tfrecord import frame_records
 
@@ -140,13 +136,10 @@ class ShardFileWriter:
         (:func:`frame_samples`), every CRC checked, appended to the ``MDSWriter``'s pieces a window
         at a time (:class:`PieceAppender`, :class:`FramedFile`); the writer hashes and writes each
         piece. ``stopped()`` is asked between windows (~1 MB: the run is stopping, give up)."""
-        try:
-            framed = FramedFile(source)
-        except OSError as exc:  # (as iter_record_batches says it: the caller tells an I/O error by its cause)
-            raise RecordFormatError(f"{source}: cannot open TFRecord file: {exc.strerror or exc}") from exc
+        framed = FramedFile(source)
         self._framed.append(framed)
-        for starts, lengths in framed.frames(stopped):
-            self._pieces.append_framed(framed, starts, lengths)
+        for frames in framed.frames(stopped):
+            self._pieces.append_framed(framed, frames.starts, frames.lengths)
 
     def close(self) -> List[Tuple[str, int]]:
         self._pieces.finish()
@@ -366,20 +359,6 @@ class PieceAppender:
         self.writer.finish()
 
 
-WINDOW = 1 << 20  # bytes of samples gathered at once into a thread's window (written, hashed, then the next)
-_WINDOW = threading.local()  # each thread's window, kept for its next piece: its pages are touched already
-
-
-def _window(size: int) -> memoryview:
-    """This thread's window, at least ``size`` bytes (one larger sample's frame grows it for once)."""
-    window = getattr(_WINDOW, "buffer", None)
-    if window is None or len(window) < size:
-        window = np.empty(max(size, WINDOW), np.uint8)
-        if size <= WINDOW:
-            _WINDOW.buffer = window
-    return memoryview(window)
-
-
 class GatheredPiece:
     """An MDS piece not held in memory: its header and the runs of samples it gathers
     (:class:`PieceAppender`), handed out a window at a time by :meth:`chunks` (each chunk is valid
@@ -397,117 +376,10 @@ class GatheredPiece:
             if isinstance(source, FramedFile):
                 yield from source.gather(starts, lengths)
             else:
-                yield from _gather(source, starts, lengths)
+                yield from gather_memory(source, starts, lengths)
 
     def tobytes(self) -> bytes:
         return b"".join([bytes(chunk) for chunk in self.chunks()])
-
-
-def _spans(begins: np.ndarray, ends: np.ndarray) -> Iterator[Tuple[int, int]]:
-    """Consecutive items ``[i, j)`` whose bytes, ``begins[i]`` to ``ends[j - 1]``, take at most a
-    window (or one item, larger than a window)."""
-    i, n = 0, len(begins)
-    while i < n:
-        j = max(i + 1, int(np.searchsorted(ends, begins[i] + WINDOW, side="right")))
-        yield i, min(j, n)
-        i = min(j, n)
-
-
-def _copy_ranges(source, starts: np.ndarray, lengths: np.ndarray, out: memoryview) -> int:
-    """``source``'s ranges back to back at the start of ``out`` (which may be ``source``: each
-    range moves left); their total. One C loop of memmove, or a slice at a time without it."""
-    wire = native.wire()
-    if wire is not None:
-        return wire.copy_ranges(source, starts, lengths, out, 0)
-    at = 0
-    for start, length in zip(starts.tolist(), lengths.tolist()):
-        out[at:at + length] = source[start:start + length]
-        at += length
-    return at
-
-
-def _gather(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> Iterator[memoryview]:
-    """Samples of a batch in memory, a window at a time (one larger than a window: as it is)."""
-    ends = np.cumsum(lengths)  # (the samples' ends as if back to back: a window takes their total)
-    for i, j in _spans(ends - lengths, ends):
-        if j == i + 1 and lengths[i] > WINDOW:
-            yield view[int(starts[i]):int(starts[i] + lengths[i])]
-            continue
-        window = _window(WINDOW)
-        yield window[:_copy_ranges(view, starts[i:j], lengths[i:j], window)]
-
-
-class FramedFile:
-    """A partial shard of TFRecord frames (:func:`frame_samples`), read twice by the pieces made
-    of it, a window at a time: once for the frames' lengths (:meth:`frames`: where the pieces are
-    cut, whose headers precede their samples; every CRC checked), then a piece's frames again when
-    it is written (:meth:`gather`). Both reads land in the thread's window, so nothing of a shard
-    or a piece is held, and no memory but the window is touched."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._handle = batch_decode._open_regular(path)  # (iter_record_batches' opening: not a FIFO that would block)
-        self.fd = self._handle.fileno()
-        self.size = os.fstat(self.fd).st_size
-
-    def _read(self, window: memoryview, at: int) -> int:
-        """``window`` filled from byte ``at`` (less only at the file's end); the bytes read."""
-        got = 0
-        while got < len(window):
-            more = os.preadv(self.fd, [window[got:]], at + got)
-            if not more:
-                break
-            got += more
-        return got
-
-    def frames(self, stopped: Callable[[], bool] = lambda: False) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-        """(payload offsets in the file, lengths) of every frame, in order, a window at a time, both
-        CRCs of each checked. A damaged or cut-short file raises what ``iter_record_batches``
-        raises for it. ``stopped()`` is asked between windows (the run is stopping: give up)."""
-        at, need = 0, WINDOW
-        while at < self.size:
-            if stopped():
-                raise InterruptedError(self.path)
-            window = _window(need)[:min(need, self.size - at)]
-            got = self._read(window, at)
-            starts, lengths, end, bad = cut_frames(window[:got])
-            if bad or (not end and got < need):  # a damaged frame, or one the file's end cuts short
-                self._damaged(at + end)
-            if not end:  # one frame larger than the window (its header checked): read it whole
-                need = 16 + int(np.frombuffer(window[:8], "<u8")[0])
-                if need > self.size - at:
-                    self._damaged(at)
-                continue
-            yield at + starts, lengths
-            at, need = at + end, WINDOW
-
-    def _damaged(self, at: int) -> None:
-        for _ in iter_record_batches(self.path):  # (its exact error: the frame, what is wrong with it)
-            pass
-        raise RecordFormatError(f"{self.path}: a damaged frame at byte {at}")
-
-    def gather(self, starts: np.ndarray, lengths: np.ndarray) -> Iterator[memoryview]:
-        """The payloads at ``starts`` (offsets in the file) of consecutive frames, a window at a
-        time. Their CRCs held when :meth:`frames` read them from the same page cache moments ago;
-        here each frame's length is checked to be where it was (the file was not written to since)."""
-        begins, ends = starts - 12, starts + lengths + 4  # (a frame: length, its CRC, payload, its CRC)
-        for i, j in _spans(begins, ends):
-            at, size = int(begins[i]), int(ends[j - 1] - begins[i])
-            window = _window(size)[:size]
-            heads = begins[i:j] - at
-            if self._read(window, at) < size or not np.array_equal(_u64_at(window, heads), lengths[i:j]):
-                raise RecordFormatError(f"{self.path}: the frames at byte {at} changed after they were read "
-                                        f"(the file was written to meanwhile)")
-            yield window[:_copy_ranges(window, heads + 12, lengths[i:j], window)]
-
-    def close(self) -> None:
-        self._handle.close()
-
-
-def _u64_at(window: memoryview, at: np.ndarray) -> np.ndarray:
-    """The little-endian uint64 at each offset ``at`` of ``window``."""
-    u8 = np.frombuffer(window, np.uint8)
-    return np.ascontiguousarray(u8[at[:, None] + np.arange(8)]).view("<u8").reshape(-1).astype(np.int64)
 
 
 def index_bytes(entries: Sequence[Sequence[Dict]]) -> bytes:
