@@ -24,6 +24,7 @@ import pytest
 from conftest import base_args, published_files, write_corpus, write_vocab
 from conftest import need as _need
 
+from bert_data.config import Config
 from bert_data.output import rewrite
 from bert_data.tools.create import main
 
@@ -71,8 +72,12 @@ def processes_taken(monkeypatch) -> List[int]:
 
 
 @pytest.mark.parametrize("fmt", sorted(PACKAGE))
-def test_shards_rewritten_in_processes_are_the_bytes_threads_write(corpus, clean, tmp_path, processes_taken, fmt):
+def test_shards_rewritten_in_processes_are_the_bytes_threads_write(corpus, clean, tmp_path, processes_taken, fmt,
+                                                                   monkeypatch):
     _need(PACKAGE[fmt])
+    from bert_data.format.containers import MDSContainer
+
+    monkeypatch.setattr(MDSContainer, "process_min_bytes", 0)
     out = tmp_path / "out"
     assert main(_args(corpus, out, fmt, num_workers=3)) == 0
     assert processes_taken == [3]
@@ -82,27 +87,45 @@ def test_shards_rewritten_in_processes_are_the_bytes_threads_write(corpus, clean
 def test_two_workers_or_a_small_publish_stay_on_threads(corpus, tmp_path, processes_taken, monkeypatch):
     """Two processes were measured no faster than two threads; below the size threshold a
     process's start costs more than it saves."""
-    _need("streaming")
-    assert main(_args(corpus, tmp_path / "two", "mds", num_workers=2)) == 0
+    _need("h5py")
+    assert main(_args(corpus, tmp_path / "two", "hdf5", num_workers=2)) == 0
     monkeypatch.setattr(rewrite, "PROCESS_MIN_BYTES", 1 << 40)
-    assert main(_args(corpus, tmp_path / "small", "mds", num_workers=3)) == 0
+    assert main(_args(corpus, tmp_path / "small", "hdf5", num_workers=3)) == 0
     assert processes_taken == []
+
+
+def test_mds_takes_a_thread_a_worker_and_processes_only_for_a_gigabyte(corpus, clean, tmp_path, processes_taken,
+                                                                       monkeypatch):
+    """MDS's writer releases the GIL for nearly all its work: as many threads as the run had
+    workers (HDF5's, which holds it: at most REWRITE_THREADS), and processes only from its own
+    process_min_bytes (1 GiB), whatever the default threshold (0 here)."""
+    _need("streaming")
+    from bert_data.format.containers import container_for
+    from bert_data.output.rewrite import REWRITE_THREADS
+
+    many = Config(num_workers=REWRITE_THREADS + 2)
+    assert rewrite.rewrite_threads(many, container_for("mds")) == REWRITE_THREADS + 2
+    assert rewrite.rewrite_threads(many, container_for("hdf5")) == REWRITE_THREADS
+    assert rewrite.rewrite_threads(Config(num_workers=1), container_for("mds")) == 1
+    out = tmp_path / "out"
+    assert main(_args(corpus, out, "mds", num_workers=3)) == 0
+    assert processes_taken == [] and published_files(out) == clean["mds"]
 
 
 def test_a_rewriting_process_that_dies_is_one_line_and_resume_finishes(corpus, clean, tmp_path, processes_taken,
                                                                        monkeypatch, capsys):
-    _need("streaming")
+    _need("h5py")
     out = tmp_path / "out"
     monkeypatch.setenv("BERT_DATA_CRASH_AT", "rewriter:1")  # (the spawned processes inherit it)
-    assert main(_args(corpus, out, "mds", num_workers=3)) == 3
+    assert main(_args(corpus, out, "hdf5", num_workers=3)) == 3
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "a process rewriting the shards at publish died (killed by SIGKILL" in err
     assert "continue with --resume (same flags) and fewer --num_workers" in err
     assert not (out / "data_params.json").exists()
     monkeypatch.delenv("BERT_DATA_CRASH_AT")
-    assert main(_args(corpus, out, "mds", num_workers=3, resume=True)) == 0
-    assert published_files(out) == clean["mds"]
+    assert main(_args(corpus, out, "hdf5", num_workers=3, resume=True)) == 0
+    assert published_files(out) == clean["hdf5"]
 
 
 DRIVER = ("import sys\n"
@@ -131,10 +154,10 @@ def _children(pid: int) -> List[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_a_stop_while_processes_rewrite_ends_them_and_resume_finishes(corpus, clean, tmp_path):
-    _need("streaming")
+    _need("h5py")
     out, marker = tmp_path / "out", tmp_path / "rewriting"
     env = {**os.environ, "BERT_DATA_PAUSE_AT": f"{marker}:rewriter:0"}
-    run = subprocess.Popen([sys.executable, "-c", DRIVER, *_args(corpus, out, "mds", num_workers=3)], env=env,
+    run = subprocess.Popen([sys.executable, "-c", DRIVER, *_args(corpus, out, "hdf5", num_workers=3)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
@@ -152,8 +175,8 @@ def test_a_stop_while_processes_rewrite_ends_them_and_resume_finishes(corpus, cl
     left = [pid for pid in rewriters if Path(f"/proc/{pid}").exists()
             and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"))]
     assert not left, f"processes left running: {left}"
-    assert main(_args(corpus, out, "mds", num_workers=3, resume=True)) == 0
-    assert published_files(out) == clean["mds"]
+    assert main(_args(corpus, out, "hdf5", num_workers=3, resume=True)) == 0
+    assert published_files(out) == clean["hdf5"]
 
 
 def test_a_stop_while_a_child_starts_is_raised_once_it_has_started() -> None:

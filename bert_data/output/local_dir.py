@@ -544,7 +544,7 @@ class LocalDirOutput:
         sources = self._assembler.finish_partials()
         if hasattr(self.container, "finish_in_place"):  # (Parquet: a footer makes each partial shard its file)
             spec = shard_spec(self.config)
-            with ThreadPoolExecutor(max_workers=rewrite_threads(self.config)) as pool:
+            with ThreadPoolExecutor(max_workers=rewrite_threads(self.config, self.container)) as pool:
                 list(pool.map(lambda path: self.container.finish_in_place(path, spec), sources))
             return self._assembler.publish()
         rewritten = os.path.join(self.work_dir, REWRITTEN_DIR)
@@ -558,7 +558,7 @@ class LocalDirOutput:
             os.replace(os.path.join(rewritten, name), os.path.join(self.output_dir, name))
 
         per_file, sidecar = rewrite_shards(sources, self.shard_names, self.container, rewritten,
-                                           shard_spec(self.config), place, rewrite_threads(self.config),
+                                           shard_spec(self.config), place, rewrite_threads(self.config, self.container),
                                            rewrite_processes(self.config))
         if sidecar is not None:
             write_bytes(os.path.join(self.output_dir, self.container.sidecar), sidecar, sync=True)  # (before the manifest)

@@ -299,7 +299,7 @@ class ObjectStoreOutput:
     def publish(self) -> Dict[str, int]:
         if is_rewriting(self.container):
             return rewrite_remote_shards(self.output_dir, self.work_dir, self.shard_names, self.index, self.container,
-                                         shard_spec(self.config), rewrite_threads(self.config),
+                                         shard_spec(self.config), rewrite_threads(self.config, self.container),
                                          rewrite_processes(self.config))
         return assemble_shards(self.output_dir, self.work_dir, self.shard_names, self.index)
 

@@ -14,12 +14,15 @@ run's index objects. At ``publish`` each assembled shard becomes the container's
   (:mod:`bert_data.format.nvidia_hdf5`): its writer reads them and hands them to h5py.
 
 :func:`rewrite_shards` does every shard, several at once, and then the container's sidecar file,
-if it has one. MDS's and HDF5's writers hold the GIL (streaming's ``MDSWriter`` joins and hashes
-each piece, h5py writes vlen rows), so threads take turns: a publish of at least
-:data:`PROCESS_MIN_BYTES` with 3 or more workers and shards rewrites them in child processes, as
-many as the run had workers (:mod:`bert_data.runners.children`: spawned, dying with the
-coordinator, stopped with it; one that dies is one line, exit 3, and ``--resume`` rewrites
-again). A smaller publish, and a URL run's Parquet copies, run on threads.
+if it has one. HDF5's writer holds the GIL (h5py writes vlen rows), so its threads take turns (at
+most :data:`REWRITE_THREADS`): a publish of at least the container's ``process_min_bytes`` with 3
+or more workers and shards rewrites them in child processes, as many as the run had workers
+(:mod:`bert_data.runners.children`: spawned, dying with the coordinator, stopped with it; one
+that dies is one line, exit 3, and ``--resume`` rewrites again). MDS's writer releases the GIL for
+nearly all of its work (reads, CRCs, copies, xxh64 and writes of a window at a time: two threads
+rewrite 92 MB 1.3-1.6x faster than one here), so it takes as many threads as the run had workers
+and processes only for a publish large enough to pay for starting them. A smaller publish, and a
+URL run's Parquet copies, run on threads.
 The files are a pure function of the assembled shard of the same seed, so they are byte-identical
 for any worker count, runner or resume (``tests/test_output_formats.py``).
 """
@@ -39,10 +42,11 @@ from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
 from .fragment import copy_range
 
-REWRITE_THREADS = 4  # shards rewritten at once by the coordinator's threads, at most (and at most --num_workers:
-# each holds an MDS piece, 64 MB in three copies, or an HDF5 chunk of samples, and takes turns on the GIL)
+REWRITE_THREADS = 4  # shards rewritten at once by the coordinator's threads, at most, by a writer that holds the
+# GIL (a container's rewrite_holds_gil: they take turns; and at most --num_workers)
 PROCESS_MIN_BYTES = 256 << 20  # assembled bytes from which a GIL-bound writer's shards are rewritten in
-# processes: ~1 s of one core's work at ~3.5 s/GB (MDS here), against ~0.3 s to start each process
+# processes (a container's process_min_bytes, else this): ~1 s of one core's work at ~3.5 s/GB (MDS before
+# 2026-11-28, HDF5 now), against ~0.3 s to start each process
 PROCESS_MIN_SLOTS = 3  # and only with 3 or more at once: threads taking turns on the GIL already do ~1.3-1.7
 # cores' worth, so 2 processes (352 MB of MDS, 328 MB of HDF5 on 2 cores) were no faster than 2 threads
 
@@ -55,16 +59,17 @@ def shard_spec(config) -> ShardSpec:
                        getattr(config, "max_sequences_per_pack", None))
 
 
-def rewrite_threads(config) -> int:
+def rewrite_threads(config, container=None) -> int:
     """Shards rewritten at once on threads: the run's workers are done by then, so as many as it
-    had (the cores and memory the user gave the run), at most :data:`REWRITE_THREADS`."""
-    return max(1, min(REWRITE_THREADS, rewrite_processes(config)))
+    had (the cores and memory the user gave the run); at most :data:`REWRITE_THREADS` for a
+    writer that holds the GIL (``container.rewrite_holds_gil``: its threads take turns)."""
+    workers = rewrite_processes(config)
+    return max(1, min(REWRITE_THREADS, workers) if getattr(container, "rewrite_holds_gil", False) else workers)
 
 
 def rewrite_processes(config) -> int:
     """Shards rewritten at once in processes (a writer that holds the GIL, a big publish): as many
-    as the run had workers, whose cores and memory are free by then (an MDS rewriter holds ~250
-    MB: a 64 MB piece in three copies, besides its interpreter)."""
+    as the run had workers, whose cores and memory are free by then."""
     return max(1, int(getattr(config, "num_workers", 1) or 1))
 
 
@@ -173,11 +178,13 @@ def rewrite_shards(  # (9 parameters: the shards, where and how they go; the las
 
 
 def in_processes(container, sources: Sequence[str], processes: int) -> bool:
-    """Whether :func:`rewrite_shards` uses processes: a writer that holds the GIL, at least
-    :data:`PROCESS_MIN_SLOTS` shards and processes, and at least :data:`PROCESS_MIN_BYTES` to rewrite."""
+    """Whether :func:`rewrite_shards` uses processes: a container that may
+    (``rewrite_in_processes``), at least :data:`PROCESS_MIN_SLOTS` shards and processes, and at
+    least its ``process_min_bytes`` (None: :data:`PROCESS_MIN_BYTES`) to rewrite."""
     if min(processes, len(sources)) < PROCESS_MIN_SLOTS or not getattr(container, "rewrite_in_processes", False):
         return False
-    return sum(os.path.getsize(source) for source in sources) >= PROCESS_MIN_BYTES
+    least = getattr(container, "process_min_bytes", None)
+    return sum(os.path.getsize(source) for source in sources) >= (PROCESS_MIN_BYTES if least is None else least)
 
 
 Done = List[Tuple[Files, object]]  # each shard's files and sidecar entries, in shard order
