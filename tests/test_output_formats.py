@@ -490,6 +490,38 @@ def test_the_mds_writer_loads_without_pil_tqdm_filelock_or_compressors_and_strea
     assert done.stdout.splitlines()[-1] == ("['PIL.Image']" if pil_first else "[]")
 
 
+def test_a_thread_importing_a_stood_in_module_meanwhile_gets_the_real_one(tmp_path) -> None:
+    """helper-33: the stand-ins are in sys.modules while the writer's modules load, and another
+    thread that imported one of them then got the stand-in (PIL.Image.open: ImportError) or had
+    its own import of it broken ('tqdm' is not a package). Each stand-in's import lock is held
+    meanwhile: the thread waits, then imports the real module."""
+    _need("streaming")
+    code = (
+        "import importlib, sys, threading\n"
+        "from bert_data.format import mds\n"
+        "got = {}\n"
+        "def importer(name, attribute):\n"
+        "    while not getattr(sys.modules.get(name), '__stand_in__', False):\n"
+        "        if 'writer' in got: return\n"
+        "    try:\n"
+        "        got[name] = repr(getattr(importlib.import_module(name), attribute))[:40]\n"
+        "    except Exception as exc:\n"
+        "        got[name] = f'{type(exc).__name__}: {exc}'\n"
+        "wanted = {'PIL.Image': 'open', 'tqdm': 'tqdm', 'zstd': 'compress', 'filelock': 'FileLock'}\n"
+        "threads = [threading.Thread(target=importer, args=item) for item in wanted.items()]\n"
+        "[thread.start() for thread in threads]\n"
+        "mds.mds_writer_class()\n"
+        "got['writer'] = True\n"
+        "[thread.join() for thread in threads]\n"
+        "assert set(got) == set(wanted) | {'writer'}, got  # (each thread saw its stand-in, and imported)\n"
+        "bad = {name: text for name, text in got.items() if name != 'writer' and ('Error' in text or 'stand-in' in text)}\n"
+        "assert not bad, bad\n"
+        "print(sorted(got))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("stand_ins_fit", [True, False])
 def test_mds_is_written_without_importing_torch_and_torch_still_works_after(corpus, tmp_path, stand_ins_fit) -> None:
     """The MDS writer's modules import torch.distributed and torch.utils.data for functions writing

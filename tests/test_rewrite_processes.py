@@ -417,7 +417,47 @@ def test_mds_frames_written_to_after_they_were_read_are_refused(tmp_path) -> Non
     starts, lengths = frames.starts, frames.lengths
     payloads = b"".join((run * 2)[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
     assert len(starts) == 6 and b"".join(bytes(chunk) for chunk in framed.gather(starts, lengths)) == payloads
-    source.write_bytes(run[:20] + run)  # (another writer: the frames are no longer where they were)
-    with pytest.raises(RecordFormatError, match=r"shard.partial: the frames at byte 0 changed after they were read"):
-        list(framed.gather(starts, lengths))
+    moved, flipped = run[:20] + run, bytearray(run * 2)
+    flipped[int(starts[4]) + 3] ^= 1  # (helper-33: one byte of a sample changed in place, every length kept)
+    for other in (moved, bytes(flipped)):  # (another writer: frames moved, or a sample's byte changed)
+        with open(source, "r+b") as handle:
+            handle.write(other)
+        with pytest.raises(RecordFormatError, match=r"shard.partial: the frames at byte 0 changed after they were read"):
+            list(framed.gather(starts, lengths))
     framed.close()
+
+
+def test_an_mds_shard_given_up_after_some_pieces_logs_no_traceback(tmp_path, monkeypatch, caplog) -> None:
+    """Pieces written before a damaged frame have their (local, no-op) uploads queued on the
+    writer's executor; cancelling them on the way out ran their done-callbacks with a
+    CancelledError, logged as a traceback ("exception calling callback"). They are let end."""
+    _need("streaming")
+    import logging
+    import time as clock
+
+    from bert_data.errors import OutputError
+    from bert_data.format import framed, mds
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+
+    monkeypatch.setattr(framed, "WINDOW", 300)  # (windows of a few frames: pieces are written before the damage is read)
+    data = bytearray(bytes(_three_rows_run()) * 40)
+    data[-10] ^= 0xFF  # (the last sample's CRC no longer holds: many pieces are written before it)
+    source = tmp_path / "shard.partial"
+    source.write_bytes(bytes(data))
+    monkeypatch.setattr(mds, "SIZE_LIMIT", 1500)
+    real = mds.piece_writer
+
+    def slow_uploads(*args, **kwargs):  # (each queued upload waits: the next ones stay queued)
+        writer = real(*args, **kwargs)
+        upload = writer.cloud_writer.upload_file
+        writer.cloud_writer.upload_file = lambda *names: (clock.sleep(0.05), upload(*names))[1]
+        return writer
+
+    monkeypatch.setattr(mds, "piece_writer", slow_uploads)
+    (tmp_path / "w").mkdir()
+    with caplog.at_level(logging.DEBUG, logger="concurrent.futures"):
+        with pytest.raises(OutputError, match=r"the partial shard is damaged; start over with --overwrite$"):
+            rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
+    assert not [record for record in caplog.records if "callback" in record.getMessage()]
+    assert not list((tmp_path / "w").iterdir())

@@ -8,8 +8,8 @@ and shard. Fresh memory is what costs in the publish here (a VM whose unused mem
 takes back: ~2.4 ms per MB at first touch, so a 64 MB piece buffer cost more than writing it),
 and a window bounds the memory a shard's rewriting holds. :class:`FramedFile` reads the frames
 (every CRC checked, a damaged file raising what :func:`~bert_data.format.batch_decode.iter_record_batches`
-raises for it) and reads chosen frames again (:meth:`FramedFile.gather`: MDS, whose pieces' headers
-precede their samples and are known only once the pieces are cut).
+raises for it) and reads chosen frames again, checked again (:meth:`FramedFile.gather`: MDS, whose
+pieces' headers precede their samples and are known only once the pieces are cut).
 """
 
 from __future__ import annotations
@@ -136,25 +136,19 @@ class FramedFile:
 
     def gather(self, starts: np.ndarray, lengths: np.ndarray) -> Iterator[memoryview]:
         """The payloads at ``starts`` (offsets in the file) of consecutive frames, a window at a
-        time. Their CRCs held when :meth:`frames` read them from the same page cache moments ago;
-        here each frame's length is checked to be where it was (the file was not written to since)."""
+        time, read again and checked again (both CRCs, the lengths): a file written to since
+        :meth:`frames` read it is an error, never other bytes (helper-33: a byte changed in place
+        kept every length, and the piece took it)."""
         begins, ends = starts - 12, starts + lengths + 4  # (a frame: length, its CRC, payload, its CRC)
         for i, j in spans(begins, ends):
             at, size = int(begins[i]), int(ends[j - 1] - begins[i])
             window = thread_window(size)[:size]
-            heads = begins[i:j] - at
-            if self._read(window, at) < size or not np.array_equal(u64_at(window, heads), lengths[i:j]):
+            got = self._read(window, at)
+            found, found_lengths, end, bad = cut_frames(window[:got])
+            if bad or end != size or not np.array_equal(found_lengths, lengths[i:j]):
                 raise RecordFormatError(f"{self.path}: the frames at byte {at} changed after they were read "
                                         f"(the file was written to meanwhile)")
-            yield window[:copy_ranges(window, heads + 12, lengths[i:j], window)]
+            yield window[:copy_ranges(window, found, found_lengths, window)]
 
     def close(self) -> None:
         self._handle.close()
-
-
-def u64_at(window: memoryview, at: np.ndarray) -> np.ndarray:
-    """The little-endian uint64 at each offset ``at`` of ``window``."""
-    u8 = np.frombuffer(window, np.uint8)
-    return np.ascontiguousarray(u8[at[:, None] + np.arange(8)]).view("<u8").reshape(-1).astype(np.int64)
-
-

@@ -164,7 +164,10 @@ class ShardFileWriter:
     def abort(self) -> None:
         try:
             self._close_framed()
-            self._writer.cancel_future_jobs()
+            # The writer's jobs are its local "uploads" of pieces written (no-ops: out is a local
+            # directory): let them end. Its cancel_future_jobs() would cancel a queued one, whose
+            # done-callback then logs a CancelledError traceback.
+            self._writer.executor.shutdown(wait=True)
         finally:
             shutil.rmtree(self._scratch, ignore_errors=True)
             for name in self._written:

@@ -9,14 +9,18 @@ barrier filelock (together ~0.07 s of a 1-worker run's ~0.3 s publish, issue 28)
 is a module in ``sys.modules`` only while the writer's modules load; the names they take from it
 then (:data:`STAND_INS`) are annotation-only classes, functions and classes that forward to the
 real module when first used. A stand-in's attribute read afterwards imports the real module, so
-every later use (a reader, an image column, a rank query) is the real code. A name read while
+every later use (a reader, an image column, a rank query) is the real code. Meanwhile each
+stand-in's import lock is held, and the stand-in says it is initializing: another thread that
+imports one of them waits, then gets the real module (helper-33). A name read while
 they load that the table does not list makes the import start over without stand-ins (another
 streaming release: slower, never different). A module already imported is used as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -83,16 +87,35 @@ def mds_writer_class():
 
 
 def _import_writer_alone():
-    stand_ins = _stand_ins_needed()
-    if stand_ins:
-        before = set(sys.modules)
-        try:
-            return _import_writer_modules(stand_ins)
-        except ImportError:  # another streaming release reads another name as it loads: its modules go, then real
-            for name in set(sys.modules) - before:
-                if name.split(".")[0] == "streaming":
-                    del sys.modules[name]
+    with _module_locks(sorted(STAND_INS)):  # (another thread importing one of them waits for the real one)
+        stand_ins = _stand_ins_needed()  # (after the locks: what another thread imported meanwhile is used as it is)
+        if stand_ins:
+            before = set(sys.modules)
+            try:
+                return _import_writer_modules(stand_ins)
+            except (ImportError,) + _DEADLOCK:  # another streaming release reads another name as it loads (or
+                for name in set(sys.modules) - before:  # a thread's import waits for ours while ours waits for
+                    if name.split(".")[0] == "streaming":  # its): its modules go, then the real modules
+                        del sys.modules[name]
     return _import_writer_modules(())
+
+
+_DEADLOCK = tuple(error for error in [getattr(importlib._bootstrap, "_DeadlockError", None)] if error)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _module_locks(names):
+    """Each module's import lock (the one ``importlib`` holds while it imports the module), held
+    while its stand-in is in ``sys.modules``: another thread that imports it meanwhile waits, then
+    imports the real module (a stand-in says it is initializing, so an import of it takes the lock
+    first), and one already importing it finishes first. Without importlib's lock manager (another
+    Python), nothing is held."""
+    manager = getattr(importlib._bootstrap, "_ModuleLockManager", None)  # type: ignore[attr-defined]
+    with contextlib.ExitStack() as held:
+        if manager is not None:
+            for name in names:
+                held.enter_context(manager(name))
+        yield
 
 
 def _stand_ins_needed():
@@ -113,6 +136,9 @@ def _import_writer_modules(stand_ins):
         raise ImportError("No module named 'streaming'", name="streaming")
     packages = {name: sys.modules.get(name) for name in ("streaming", "streaming.base")}
     lazy = {name: _LazyModule(name) for name in stand_ins}
+    for module in lazy.values():  # ("initializing": another thread's import of it waits for its lock, held by us)
+        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None)
+        module.__spec__._initializing = True  # type: ignore[attr-defined]
     for name, module in lazy.items():  # each an attribute of its stood-in parent (`import torch.distributed as dist` reads it)
         parent, _, child = name.rpartition(".")
         if parent in lazy:
@@ -132,6 +158,7 @@ def _import_writer_modules(stand_ins):
             else:
                 sys.modules[name] = module
         for name, module in lazy.items():
+            module.__spec__._initializing = False  # type: ignore[attr-defined]
             if sys.modules.get(name) is module:
                 del sys.modules[name]  # a later import is the real one; the writer's references load it when used
 
