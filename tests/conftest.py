@@ -4,6 +4,8 @@ and access to ``../shared`` (skipped when absent, but a failure when ``CI`` is s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -84,6 +86,14 @@ def require_wire() -> None:
     from bert_data.format import batch_decode
 
     require_built(batch_decode._wire, "bert_data.format._wire")
+
+
+def python_code(code: str, *args: str, timeout: float = 300, env=None) -> str:
+    """``code`` run by a fresh interpreter (``python -c``, ``args`` its argv): for what only a new
+    process shows (which modules an import loads, an import's stand-ins). Must exit 0; its stdout."""
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def both_paths(call):

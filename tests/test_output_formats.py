@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import base_args, published_files, write_corpus, write_vocab
+from conftest import base_args, published_files, python_code, write_corpus, write_vocab
 from conftest import need as _need
 
 from bert_data import storage
@@ -453,8 +453,7 @@ def test_the_mds_writer_is_imported_without_streamings_datasets_and_they_still_i
         "assert base.StreamingDataset.__name__ == 'StreamingDataset' and w.MDSWriter.__name__ == 'MDSWriter'\n"
         "assert sys.modules['streaming.base'].format is sys.modules['streaming.base.format'] and u.CloudUploader\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    python_code(code)
 
 
 @pytest.mark.parametrize("pil_first", [False, True])
@@ -485,9 +484,7 @@ def test_the_mds_writer_loads_without_pil_tqdm_filelock_or_compressors_and_strea
         "assert sys.modules['streaming.base.storage.upload'].tqdm.tqdm is tqdm.tqdm\n"
         "print(loaded)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lock")], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == ("['PIL.Image']" if pil_first else "[]")
+    assert python_code(code, str(tmp_path / "lock")).splitlines()[-1] == ("['PIL.Image']" if pil_first else "[]")
 
 
 def test_a_thread_importing_a_stood_in_module_meanwhile_gets_the_real_one(tmp_path) -> None:
@@ -518,8 +515,7 @@ def test_a_thread_importing_a_stood_in_module_meanwhile_gets_the_real_one(tmp_pa
         "assert not bad, bad\n"
         "print(sorted(got))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    python_code(code)
 
 
 @pytest.mark.parametrize("stand_ins_fit", [True, False])
@@ -545,10 +541,9 @@ def test_mds_is_written_without_importing_torch_and_torch_still_works_after(corp
         "rows = len(mds.streaming_base().StreamingDataset(local=sys.argv[1], shuffle=False, batch_size=1))\n"
         "print('imported torch:', loaded, 'rows:', rows)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    printed = python_code(code, str(out))
     records = sum(json.loads((want / "data_params.json").read_text())["instances_per_shard"].values())
-    assert done.stdout.splitlines()[-1] == f"imported torch: {not stand_ins_fit} rows: {records}"
+    assert printed.splitlines()[-1] == f"imported torch: {not stand_ins_fit} rows: {records}"
     assert _files(out) == _files(want)
 
 

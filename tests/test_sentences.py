@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import python_code
+
 from bert_data.errors import SpacyModelError
 from bert_data.sentences import SentenceSegmenter, chunk_text, line_sentences, split_paragraphs
 
@@ -252,8 +254,6 @@ def test_the_rule_based_sentencizer_loads_without_torch_or_cupy(tmp_path):
     host: seconds and ~200 MB per worker); the rule-based sentencizer never uses them, so they are
     not imported. Fake packages that leave a mark when imported stand in for them here."""
     import os
-    import subprocess
-    import sys
 
     for name in ("torch", "cupy", "cupyx"):
         (tmp_path / name).mkdir()
@@ -263,18 +263,13 @@ def test_the_rule_based_sentencizer_loads_without_torch_or_cupy(tmp_path):
             "nlp = load_spacy_pipeline(None); "
             "print([s.text for s in nlp('One sentence here. And a second one.').sents])")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # before site-packages: the fakes shadow what is installed
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "And a second one." in done.stdout
+    assert "And a second one." in python_code(code, timeout=120, env=env)
     assert sorted(p.name for p in tmp_path.glob("*.imported")) == []
 
 
 def test_the_rule_based_sentencizer_loads_without_spacys_command_line():
     """``spacy/__init__`` imports ``spacy.cli.info`` and with it every CLI command (~360 modules);
     the sentencizer loads without them, and ``spacy.info`` and ``import spacy.cli`` still work."""
-    import subprocess
-    import sys
-
     code = (
         "import sys\n"
         "from bert_data.sentences import load_spacy_pipeline\n"
@@ -286,7 +281,5 @@ def test_the_rule_based_sentencizer_loads_without_spacys_command_line():
         "import spacy.cli\n"
         "print(spacy.cli.info is sys.modules['spacy.cli.info'].info, callable(spacy.cli.download))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    assert python_code(code, timeout=120).splitlines() == [
         "['One sentence here.', 'And a second one.']", "[]", "['location', 'pipelines']", "True True"]
