@@ -206,7 +206,7 @@ def write_in_steps(handle: IO[bytes], data) -> None:
     Why: Linux 6.x gives one large write() of a new file large page-cache folios, and where free
     memory of that order is cold (a VM whose unused memory the host takes back) allocating them
     costs more than the copy: 92 MB written as 9 MB writes took 0.13-0.28 s here, as 1 MB writes
-    0.025 s (MDS pieces are written whole, 64 MB at most). Smaller writes cost nothing elsewhere."""
+    0.025 s (MDS pieces were written whole then, 64 MB at most). Smaller writes cost nothing elsewhere."""
     view = memoryview(data).cast("B")
     for start in range(0, len(view), WRITE_STEP):
         handle.write(view[start:start + WRITE_STEP])

@@ -301,7 +301,7 @@ def test_a_partial_shard_that_cannot_be_read_is_an_io_error_not_damage(tmp_path,
     def fails(name):
         raise OSError(errno.EIO, os.strerror(errno.EIO), name)
 
-    monkeypatch.setattr(batch_decode, "_open_regular", fails)
+    monkeypatch.setattr(batch_decode, "open_regular", fails)
     (tmp_path / "w").mkdir()
     with pytest.raises(OSError) as raised:
         rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
@@ -460,4 +460,33 @@ def test_an_mds_shard_given_up_after_some_pieces_logs_no_traceback(tmp_path, mon
         with pytest.raises(OutputError, match=r"the partial shard is damaged; start over with --overwrite$"):
             rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
     assert not [record for record in caplog.records if "callback" in record.getMessage()]
+    assert not list((tmp_path / "w").iterdir())
+
+
+def test_a_partial_shard_changed_before_its_last_piece_is_damage_like_any_other(tmp_path, monkeypatch) -> None:
+    """helper-34: a shard's last piece is written at its writer's close(), which reads its frames
+    again; a change found there is the same line as one found before (the partial shard is
+    damaged; start over with --overwrite), not a bare record error."""
+    _need("streaming")
+    from bert_data.errors import OutputError
+    from bert_data.format import framed
+    from bert_data.format.columns import layout_spec
+    from bert_data.format.containers import container_for
+
+    run = bytes(_three_rows_run())
+    source = tmp_path / "shard.partial"
+    source.write_bytes(run)
+    real = framed.FramedFile.frames
+
+    def then_changed(self, stopped=lambda: False):  # (another writer, after the lengths were read)
+        yield from real(self, stopped)
+        flipped = bytearray(run)
+        flipped[len(run) // 2] ^= 1
+        source.write_bytes(bytes(flipped))
+
+    monkeypatch.setattr(framed.FramedFile, "frames", then_changed)
+    (tmp_path / "w").mkdir()
+    with pytest.raises(OutputError, match=r"shard.partial: the frames at byte 0 changed after they were read \(the file "
+                                          r"was written to meanwhile\): the partial shard is damaged; start over"):
+        rewrite.rewrite_shard(str(source), container_for("mds"), str(tmp_path / "w"), "x.mds", layout_spec("nsp", 4, 2))
     assert not list((tmp_path / "w").iterdir())

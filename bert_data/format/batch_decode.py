@@ -110,7 +110,7 @@ def iter_record_batches(path: Union[str, "os.PathLike[str]"], chunk_bytes: int =
     """
     name = os.fsdecode(path)
     try:
-        handle = opener(name) if opener is not None else _open_regular(name)
+        handle = opener(name) if opener is not None else open_regular(name)
     except OSError as e:
         raise RecordFormatError(f"{name}: cannot open TFRecord file: {e.strerror or e}") from e
     yielded = 0
@@ -149,7 +149,7 @@ class _BadFrame(Exception):
     """The frame at the current offset is not whole and valid (the reader hands over)."""
 
 
-def _open_regular(name: str) -> BinaryIO:
+def open_regular(name: str) -> BinaryIO:
     """``name`` opened for reading without waiting, and only if it is a regular file: a file that
     became a FIFO after a reader listed it would otherwise block the open for ever."""
     fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)

@@ -205,7 +205,6 @@ class ParquetContainer(RewritingContainer):
     package = "pyarrow"
     module = "parquet"
     rewrite_in_processes = False  # (a URL run's shard is copied and its footer appended: no Python per record)
-    rewrite_holds_gil = False
 
     def frame_runs(self, encoder, features: Mapping[str, np.ndarray],
                    shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:

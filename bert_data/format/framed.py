@@ -48,7 +48,7 @@ def spans(begins: np.ndarray, ends: np.ndarray) -> Iterator[Tuple[int, int]]:
         i = min(j, n)
 
 
-def copy_ranges(source, starts: np.ndarray, lengths: np.ndarray, out: memoryview) -> int:
+def copy_ranges(source: memoryview, starts: np.ndarray, lengths: np.ndarray, out: memoryview) -> int:
     """``source``'s ranges back to back at the start of ``out`` (which may be ``source``: each
     range moves left); their total. One C loop of memmove, or a slice at a time without it."""
     wire = native.wire()
@@ -59,17 +59,6 @@ def copy_ranges(source, starts: np.ndarray, lengths: np.ndarray, out: memoryview
         out[at:at + length] = source[start:start + length]
         at += length
     return at
-
-
-def gather_memory(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> Iterator[memoryview]:
-    """Samples of a batch in memory, a window at a time (one larger than a window: as it is)."""
-    ends = np.cumsum(lengths)  # (the samples' ends as if back to back: a window takes their total)
-    for i, j in spans(ends - lengths, ends):
-        if j == i + 1 and lengths[i] > WINDOW:
-            yield view[int(starts[i]):int(starts[i] + lengths[i])]
-            continue
-        window = thread_window(WINDOW)
-        yield window[:copy_ranges(view, starts[i:j], lengths[i:j], window)]
 
 
 class Frames(NamedTuple):
@@ -85,18 +74,23 @@ class FramedFile:
     frames in order (:meth:`frames`, every CRC checked), and chosen frames again
     (:meth:`gather`: MDS reads a piece's frames twice, once for their lengths, which cut the
     pieces and make their headers, then for their samples). Every read lands in the thread's
-    window: nothing of a shard or a piece is held, and no memory but the window is touched.
+    window: nothing of a shard or a piece is held, and the memory touched is the window (and, once,
+    a larger buffer for a frame larger than it) and each window's frame offsets.
     Opening it raises :class:`RecordFormatError` caused by the ``OSError``, as
     ``iter_record_batches`` does."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            self._handle = batch_decode._open_regular(path)  # (iter_record_batches' opening: not a FIFO that would block)
+            self._handle = batch_decode.open_regular(path)  # (as iter_record_batches opens: not a FIFO that would block)
         except OSError as exc:  # (said as iter_record_batches says it; a caller tells an I/O error by its cause)
             raise RecordFormatError(f"{path}: cannot open TFRecord file: {exc.strerror or exc}") from exc
         self.fd = self._handle.fileno()
-        self.size = os.fstat(self.fd).st_size
+        try:
+            self.size = os.fstat(self.fd).st_size
+        except BaseException:
+            self._handle.close()
+            raise
 
     def _read(self, window: memoryview, at: int) -> int:
         """``window`` filled from byte ``at`` (less only at the file's end); the bytes read."""
@@ -126,7 +120,7 @@ class FramedFile:
                 if need > self.size - at:
                     self._damaged(at)
                 continue
-            yield Frames(at + starts, lengths)
+            yield Frames(at + starts, lengths.copy())  # (copies: views would keep cut_frames' whole arrays)
             at, need = at + end, WINDOW
 
     def _damaged(self, at: int) -> None:

@@ -54,8 +54,8 @@ from .columns import (
     KIND_OF_COLUMN, ONE_KIND, ColumnBatch, ShardSpec, columns_of, from_columns, native_column, native_counts, rows_to_batch,
     shard_runs,
 )
-from .framed import FramedFile, gather_memory
-from .streaming_import import mds_writer_class, streaming_base  # noqa: F401 (streaming_base: the readers')
+from .framed import FramedFile
+from .streaming_import import mds_writer_class, streaming_base
 from .tfrecord import frame_records
 
 PIECE_HASH = "xxh64"  # each piece's hash in index.json (streaming's own hashing; xxhash is installed beside it)
@@ -283,7 +283,7 @@ class PieceAppender:
 
     ``MDSWriter.write`` of one row costs ~50 us of Python, and its ``encode_joint_shard`` copies a
     64 MB piece twice into fresh memory (a join, then the header before it). Here a piece is only
-    the runs of samples it holds (a batch's data, or a partial shard's frames: :meth:`append_framed`)
+    the runs of frames of a partial shard it holds (:meth:`append_framed`)
     until it is cut (where ``write`` cuts it: ``streaming/base/format/base/writer.py``, the sample
     that does not fit the size limit starts the next piece); then its header (the count, the
     uint32 offsets, the writer's ``config_data``: ``encode_joint_shard`` of
@@ -295,26 +295,12 @@ class PieceAppender:
 
     def __init__(self, writer) -> None:
         self.writer = writer
-        self._runs: List[Tuple[object, np.ndarray, np.ndarray]] = []  # (source, starts, lengths) of the piece
+        self._runs: List[Tuple[FramedFile, np.ndarray, np.ndarray]] = []  # (source, starts, lengths) of the piece
         self._sizes: List[np.ndarray] = []  # each run's sample sizes
 
-    def append(self, data, starts: np.ndarray, lengths: np.ndarray) -> None:
-        """Samples ``data[starts[i] : starts[i] + lengths[i]]``, in order (``data`` is kept until
-        the piece is written)."""
-        self._append(memoryview(data).cast("B"), starts, lengths)
-
-    def append_framed(self, source: "FramedFile", starts: np.ndarray, lengths: np.ndarray) -> None:
+    def append_framed(self, source: FramedFile, starts: np.ndarray, lengths: np.ndarray) -> None:
         """The payloads of consecutive frames of ``source`` (their offsets in the file), in order:
         read again, and checked again, when the piece is written."""
-        self._append(source, starts, lengths)
-
-    def append_samples(self, samples: Sequence[memoryview]) -> None:
-        """:meth:`append` of separate samples (``encode_samples``' rows)."""
-        lengths = np.array([len(s) for s in samples], np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(samples) else lengths
-        self.append(b"".join(samples), starts, lengths)
-
-    def _append(self, source, starts: np.ndarray, lengths: np.ndarray) -> None:
         writer = self.writer
         starts, lengths = starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False)
         sizes = lengths + writer.extra_bytes_per_sample
@@ -331,7 +317,7 @@ class PieceAppender:
                 self._take(source, starts[i:i + 1], lengths[i:i + 1], int(sizes[i]))
                 i += 1
 
-    def _take(self, source, starts: np.ndarray, lengths: np.ndarray, size: int) -> None:
+    def _take(self, source: FramedFile, starts: np.ndarray, lengths: np.ndarray, size: int) -> None:
         if len(lengths):
             self._runs.append((source, starts, lengths))
             self._sizes.append(lengths)
@@ -367,7 +353,7 @@ class GatheredPiece:
     (:class:`PieceAppender`), handed out a window at a time by :meth:`chunks` (each chunk is valid
     until the next is asked for)."""
 
-    def __init__(self, header: bytes, runs: Sequence[Tuple[object, np.ndarray, np.ndarray]], body: int) -> None:
+    def __init__(self, header: bytes, runs: Sequence[Tuple[FramedFile, np.ndarray, np.ndarray]], body: int) -> None:
         self.header, self.runs, self.body = header, runs, body
 
     def __len__(self) -> int:
@@ -376,10 +362,7 @@ class GatheredPiece:
     def chunks(self) -> Iterator[memoryview]:
         yield memoryview(self.header)
         for source, starts, lengths in self.runs:
-            if isinstance(source, FramedFile):
-                yield from source.gather(starts, lengths)
-            else:
-                yield from gather_memory(source, starts, lengths)
+            yield from source.gather(starts, lengths)
 
     def tobytes(self) -> bytes:
         return b"".join([bytes(chunk) for chunk in self.chunks()])

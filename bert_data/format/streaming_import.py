@@ -5,13 +5,13 @@ top but never use in writing (:func:`mds_writer_class`).
 Why stand-ins: ``streaming/base/util.py`` imports ``torch.distributed`` for index merging, which
 writing never calls (PyTorch: 1.0 CPU-s and ~250 MB a run); its MDS encodings import PIL for
 image columns, its compression module brotli, snappy and zstd, its uploader tqdm, its shared
-barrier filelock (together ~0.07 s of a 1-worker run's ~0.3 s publish, issue 28). Each stand-in
+barrier filelock (0.06 -> 0.03 s measured alone; the publish of a 1-worker run was ~0.3 s, issue 28). Each stand-in
 is a module in ``sys.modules`` only while the writer's modules load; the names they take from it
 then (:data:`STAND_INS`) are annotation-only classes, functions and classes that forward to the
 real module when first used. A stand-in's attribute read afterwards imports the real module, so
 every later use (a reader, an image column, a rank query) is the real code. Meanwhile each
 stand-in's import lock is held, and the stand-in says it is initializing: another thread that
-imports one of them waits, then gets the real module (helper-33). A name read while
+imports one of them waits until the window ends (helper-33, helper-34: :func:`_module_locks`). A name read while
 they load that the table does not list makes the import start over without stand-ins (another
 streaming release: slower, never different). A module already imported is used as it is.
 """
@@ -31,7 +31,7 @@ from typing import Dict
 _IMPORT_LOCK = threading.Lock()
 
 
-def streaming_base():
+def streaming_base() -> types.ModuleType:
     """``streaming.base`` (MDSWriter, StreamingDataset, the MDS reader).
 
     ``import streaming`` also imports its vision and text datasets, hence torchvision, which
@@ -69,7 +69,7 @@ def _import_streaming_base():
 _WRITER_CLASS = None  # MDSWriter as imported by mds_writer_class
 
 
-def mds_writer_class():
+def mds_writer_class() -> type:
     """``MDSWriter``, for a run that only writes: imported without the ``__init__`` of ``streaming``
     and ``streaming.base``, which import its datasets and data loader and with them transformers
     (1.3 CPU-s and ~25 MB in a run whose MDS writing costs about as much), and with the stand-ins
@@ -87,16 +87,16 @@ def mds_writer_class():
 
 
 def _import_writer_alone():
-    with _module_locks(sorted(STAND_INS)):  # (another thread importing one of them waits for the real one)
-        stand_ins = _stand_ins_needed()  # (after the locks: what another thread imported meanwhile is used as it is)
-        if stand_ins:
-            before = set(sys.modules)
-            try:
+    before = set(sys.modules)
+    try:
+        with _module_locks(sorted(STAND_INS)):  # (another thread importing one of them waits for the window's end)
+            stand_ins = _stand_ins_needed()  # (after the locks: what another thread imported meanwhile is used as it is)
+            if stand_ins:
                 return _import_writer_modules(stand_ins)
-            except (ImportError,) + _DEADLOCK:  # another streaming release reads another name as it loads (or
-                for name in set(sys.modules) - before:  # a thread's import waits for ours while ours waits for
-                    if name.split(".")[0] == "streaming":  # its): its modules go, then the real modules
-                        del sys.modules[name]
+    except (ImportError,) + _DEADLOCK:  # another streaming release reads another name as it loads (or a thread's
+        for name in set(sys.modules) - before:  # import waits for a lock of ours while ours waits for one of its):
+            if name.split(".")[0] == "streaming":  # its modules go, then the real modules
+                del sys.modules[name]
     return _import_writer_modules(())
 
 
@@ -106,16 +106,34 @@ _DEADLOCK = tuple(error for error in [getattr(importlib._bootstrap, "_DeadlockEr
 @contextlib.contextmanager
 def _module_locks(names):
     """Each module's import lock (the one ``importlib`` holds while it imports the module), held
-    while its stand-in is in ``sys.modules``: another thread that imports it meanwhile waits, then
-    imports the real module (a stand-in says it is initializing, so an import of it takes the lock
-    first), and one already importing it finishes first. Without importlib's lock manager (another
-    Python), nothing is held."""
+    while its stand-in is in ``sys.modules``. One already being imported by another thread is
+    finished first. Another thread that imports one meanwhile waits (a stand-in says it is
+    initializing), then: ``importlib.import_module`` and ``from X import Y`` read ``sys.modules``
+    again and import the real module; an ``import X`` statement returns the stand-in it found,
+    whose attributes are the real module's from then on (and ``import PIL.Image`` finds ``Image``
+    on the real ``PIL``: :func:`_hand_over`). Without importlib's lock manager (another Python),
+    nothing is held."""
     manager = getattr(importlib._bootstrap, "_ModuleLockManager", None)  # type: ignore[attr-defined]
     with contextlib.ExitStack() as held:
         if manager is not None:
             for name in names:
                 held.enter_context(manager(name))
         yield
+
+
+def _hand_over(lazy) -> None:
+    """Before the locks go: a stand-in of a submodule whose real package is imported (``PIL.Image``)
+    that a thread waits for (an ``import PIL.Image`` statement, which binds the real ``PIL`` and
+    will hold the stand-in) is made the package's attribute, which the real module replaces when
+    it is imported. Without a waiter nothing is set: a later ``from PIL import Image`` imports it."""
+    get_lock = getattr(importlib._bootstrap, "_get_module_lock", None)  # type: ignore[attr-defined]
+    for name, module in lazy.items():
+        parent, _, child = name.rpartition(".")
+        holder = sys.modules.get(parent) if parent and parent not in lazy else None
+        if holder is None or hasattr(holder, child) or get_lock is None:
+            continue
+        if getattr(get_lock(name), "waiters", 0):
+            setattr(holder, child, module)
 
 
 def _stand_ins_needed():
@@ -161,6 +179,7 @@ def _import_writer_modules(stand_ins):
             module.__spec__._initializing = False  # type: ignore[attr-defined]
             if sys.modules.get(name) is module:
                 del sys.modules[name]  # a later import is the real one; the writer's references load it when used
+        _hand_over(lazy)
 
 
 def _standing_in(module_name: str) -> bool:

@@ -64,7 +64,7 @@ def rewrite_threads(config, container=None) -> int:
     had (the cores and memory the user gave the run); at most :data:`REWRITE_THREADS` for a
     writer that holds the GIL (``container.rewrite_holds_gil``: its threads take turns)."""
     workers = rewrite_processes(config)
-    return max(1, min(REWRITE_THREADS, workers) if getattr(container, "rewrite_holds_gil", False) else workers)
+    return max(1, min(REWRITE_THREADS, workers) if getattr(container, "rewrite_holds_gil", True) else workers)
 
 
 def rewrite_processes(config) -> int:
@@ -94,13 +94,13 @@ def rewrite_shard(tfrecord_path: str, container, directory: str, shard_name: str
             writer.reserve(bound)
         try:  # (the records are the format's own, encoded by the workers: nothing is decoded)
             writer.write_partial(tfrecord_path, (lambda: False) if stop is None else stop.is_set)
+            files = writer.close()  # (MDS writes its last piece here, reading its frames again)
         except InterruptedError:
             raise RewriteStopped(shard_name) from None
         except RecordFormatError as exc:  # (a journaled partial shard damaged since: --resume cannot mend it)
             if isinstance(exc.__cause__, OSError):  # (it could not be opened: an I/O error, not damage)
                 raise exc.__cause__ from None
             raise OutputError(f"{exc}: the partial shard is damaged; start over with --overwrite") from None
-        files = writer.close()
     except BaseException:
         writer.abort()
         raise
