@@ -15,7 +15,9 @@ is named after the moment of the run it kills, so a test says what it breaks:
   process rewriting shard GROUP at publish, :mod:`bert_data.output.rewrite`, about to begin).
 * ``BERT_DATA_PAUSE_AT=MARKER:STAGE:GROUP`` (:func:`pause_point`): the process at STAGE for
   GROUP creates MARKER and waits two minutes there (a run stopped while that step is surely
-  in flight). Stages: ``rewriter``, ``committed`` (GROUP 0: the manifest written).
+  in flight). Stages: every crash point's (each :func:`crash_point` is a pause point too; a
+  thread other than the main one, ``checkpointed``'s, pauses only itself), and ``committed``
+  (GROUP 0: the manifest written).
 * ``BERT_DATA_DASK_PAUSE=MARKER:GROUP``, ``BERT_DATA_DASK_KILL_ONCE=MARKER:GROUP`` and
   ``BERT_DATA_DASK_KILL_PID=PID:GROUP`` (:func:`dask_worker_faults`): a Dask worker making GROUP
   waits two minutes after creating MARKER (a run stopped while a group is surely in flight),
@@ -37,10 +39,12 @@ PAUSE_AT = "BERT_DATA_PAUSE_AT"
 
 
 def crash_point(stage: str, group_index: int) -> None:
-    """SIGKILL this process when ``BERT_DATA_CRASH_AT`` is ``stage:group_index``."""
+    """SIGKILL this process when ``BERT_DATA_CRASH_AT`` is ``stage:group_index``; pause it there
+    when ``BERT_DATA_PAUSE_AT`` names the stage (:func:`pause_point`)."""
     target = os.environ.get(CRASH_AT)
     if target and target == f"{stage}:{group_index}":
         os.kill(os.getpid(), signal.SIGKILL)
+    pause_point(stage, group_index)
 
 
 def pause_point(stage: str, group_index: int) -> None:

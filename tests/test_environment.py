@@ -196,8 +196,14 @@ def test_sighup_and_sigxcpu_stop_in_one_line_and_resume(corpus, tmp_path, sig, c
     reference = tmp_path / "reference"
     args = base_args(corpus["metadata"], corpus["vocab"], out, **slow)
     assert _cli(base_args(corpus["metadata"], corpus["vocab"], reference, **slow)).returncode == 0
-    process = _started(args, out, start_new_session=True)
-    assert process.poll() is None, "run finished before it could be stopped"
+    marker = tmp_path / "paused"  # (the run waits after its first group: surely in flight, whatever its speed)
+    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "BERT_DATA_PAUSE_AT": f"{marker}:appended:0"})
+    deadline = time.monotonic() + 120
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate(timeout=60)
     if sig == signal.SIGHUP:  # a closed terminal hangs up its whole process group: workers, resource tracker
         os.killpg(process.pid, sig)
     else:  # the CPU limit stops the process that reached it

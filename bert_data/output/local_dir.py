@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import BertDataError, OutputError, ResumeError, plural
-from ..faults import crash_point, pause_point
+from ..faults import crash_point
 from ..format.containers import CONTAINERS, is_rewriting, require_concatenation
 from ..format.manifest import ManifestError, listed_shard_names, load_manifest
 from ..identity import written_over_input
@@ -569,8 +569,7 @@ class LocalDirOutput:
         a kill while the work directory is being removed (a non-atomic rmtree) leaves a finished
         output, which ``--resume`` recognises by its manifest and tidies, never a half journal."""
         write_json_atomically(os.path.join(self.output_dir, MANIFEST_NAME), manifest)
-        crash_point("committed", 0)  # test hook: killed with the manifest written, the work directory not yet removed
-        pause_point("committed", 0)  # test hook: stopped there (a signal in the instant after the manifest)
+        crash_point("committed", 0)  # test hook: killed (or paused) with the manifest written, the work directory not yet removed
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return dict(manifest)
 

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import OutputError, RecordFormatError
-from ..faults import crash_point, pause_point
+from ..faults import crash_point
 from ..format.columns import ShardSpec, layout_spec
 from ..objectives import objective_of
 from .fragment import copy_range
@@ -265,7 +265,6 @@ def _rewrite_in_child(shard: int, source: str, container, directory: str, shard_
                       spec: ShardSpec, bound: int) -> Tuple[Files, object]:
     """:func:`rewrite_shard` in a child process (with the test hooks of :mod:`bert_data.faults`)."""
     crash_point("rewriter", shard)
-    pause_point("rewriter", shard)
     return rewrite_shard(source, container, directory, shard_name, spec, bound=bound)
 
 
