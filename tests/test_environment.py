@@ -40,13 +40,17 @@ def corpus(tmp_path_factory) -> Dict[str, Path]:
     return {"metadata": metadata, "vocab": vocab, "reference": reference}
 
 
-def _started(args: List[str], out: Path, **popen) -> subprocess.Popen:
-    """create_tfrecords started in the background, once its journal exists (or it ended)."""
+def _started(args: List[str], out: Path, paused: Optional[Path] = None, **popen) -> subprocess.Popen:
+    """create_tfrecords started in the background, once its journal exists (or it ended); with
+    ``paused``, once it waits after its first group (``BERT_DATA_PAUSE_AT``: surely in flight,
+    whatever its speed), which creates that marker."""
+    if paused is not None:
+        popen["env"] = {**os.environ, "BERT_DATA_PAUSE_AT": f"{paused}:appended:0"}
     process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, **popen)
-    journal = out / ".bert_data_work" / "progress.json"
+    waited = paused if paused is not None else out / ".bert_data_work" / "progress.json"
     deadline = time.monotonic() + 120
-    while not journal.exists() and process.poll() is None and time.monotonic() < deadline:
+    while not waited.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     return process
 
@@ -196,13 +200,8 @@ def test_sighup_and_sigxcpu_stop_in_one_line_and_resume(corpus, tmp_path, sig, c
     reference = tmp_path / "reference"
     args = base_args(corpus["metadata"], corpus["vocab"], out, **slow)
     assert _cli(base_args(corpus["metadata"], corpus["vocab"], reference, **slow)).returncode == 0
-    marker = tmp_path / "paused"  # (the run waits after its first group: surely in flight, whatever its speed)
-    process = subprocess.Popen([sys.executable, "-m", "bert_data.tools.create", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               env={**os.environ, "BERT_DATA_PAUSE_AT": f"{marker}:appended:0"})
-    deadline = time.monotonic() + 120
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    marker = tmp_path / "paused"
+    process = _started(args, out, paused=marker, start_new_session=True)
     assert marker.exists(), process.communicate(timeout=60)
     if sig == signal.SIGHUP:  # a closed terminal hangs up its whole process group: workers, resource tracker
         os.killpg(process.pid, sig)

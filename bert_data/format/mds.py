@@ -30,8 +30,9 @@ frames a window at a time (CRCs checked: :class:`FramedFile`) for the samples' s
 the pieces and make each header, then reads each piece's frames again and writes header and
 samples a window at a time (:class:`PieceAppender`, :class:`GatheredPiece`: no piece is held in
 memory; ``MDSWriter``'s ``encode_joint_shard`` copies a piece twice); the ``MDSWriter``'s
-``flush_shard`` names, hashes, writes and lists every piece, its ``finish`` the index. ``tests/test_output_formats.py`` holds pieces and index byte for byte to ``MDSWriter.write``
-row by row, ``tests/test_worker_encoding.py`` the C path to numpy.
+``flush_shard`` names, hashes, writes and lists every piece, its ``finish`` the index.
+``tests/test_output_formats.py`` holds pieces and index byte for byte to ``MDSWriter.write`` row
+by row, ``tests/test_worker_encoding.py`` the C path to numpy.
 """
 
 from __future__ import annotations
@@ -279,7 +280,7 @@ def piece_writer(out: str, layout: str, size_limit: Optional[int], writer_class=
 
 class PieceAppender:
     """Encoded samples appended to an MDS writer (:func:`piece_writer`) as ``writer.write(row)``
-    would append them, a batch at a time, each piece gathered once when it is cut.
+    would append them, a window of frames at a time, each piece gathered once when it is cut.
 
     ``MDSWriter.write`` of one row costs ~50 us of Python, and its ``encode_joint_shard`` copies a
     64 MB piece twice into fresh memory (a join, then the header before it). Here a piece is only
@@ -296,7 +297,6 @@ class PieceAppender:
     def __init__(self, writer) -> None:
         self.writer = writer
         self._runs: List[Tuple[FramedFile, np.ndarray, np.ndarray]] = []  # (source, starts, lengths) of the piece
-        self._sizes: List[np.ndarray] = []  # each run's sample sizes
 
     def append_framed(self, source: FramedFile, starts: np.ndarray, lengths: np.ndarray) -> None:
         """The payloads of consecutive frames of ``source`` (their offsets in the file), in order:
@@ -320,30 +320,29 @@ class PieceAppender:
     def _take(self, source: FramedFile, starts: np.ndarray, lengths: np.ndarray, size: int) -> None:
         if len(lengths):
             self._runs.append((source, starts, lengths))
-            self._sizes.append(lengths)
             self.writer.new_shard_size += size
 
     def flush(self) -> None:
         """The samples appended since the last piece as the writer's next piece (even none: where
         ``write`` flushes an empty piece, before a first sample larger than the size limit)."""
         writer = self.writer
-        sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, np.int64)
+        sizes = np.concatenate([lengths for _, _, lengths in self._runs]) if self._runs else np.zeros(0, np.int64)
         count = len(sizes)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.uint32)  # as encode_joint_shard makes them
         offsets += 4 + 4 * (count + 1) + len(writer.config_data)
         header = np.uint32(count).tobytes() + offsets.tobytes() + writer.config_data
-        writer.piece = GatheredPiece(header, self._runs, int(sizes.sum()))
+        writer.piece = GatheredPiece(header, self._runs)
         writer.new_samples = [None] * count  # (flush_shard lists len(new_samples) as the piece's samples)
         try:
             writer.flush_shard()
         finally:
             writer.piece = None
         writer._reset_cache()
-        self._runs, self._sizes = [], []
+        self._runs = []
 
     def finish(self) -> None:
         """The last piece (if it holds samples), then the writer's index and its end."""
-        if self._sizes:
+        if self._runs:
             self.flush()
         self.writer.finish()
 
@@ -353,11 +352,8 @@ class GatheredPiece:
     (:class:`PieceAppender`), handed out a window at a time by :meth:`chunks` (each chunk is valid
     until the next is asked for)."""
 
-    def __init__(self, header: bytes, runs: Sequence[Tuple[FramedFile, np.ndarray, np.ndarray]], body: int) -> None:
-        self.header, self.runs, self.body = header, runs, body
-
-    def __len__(self) -> int:
-        return len(self.header) + self.body
+    def __init__(self, header: bytes, runs: Sequence[Tuple[FramedFile, np.ndarray, np.ndarray]]) -> None:
+        self.header, self.runs = header, runs
 
     def chunks(self) -> Iterator[memoryview]:
         yield memoryview(self.header)

@@ -5,15 +5,16 @@ top but never use in writing (:func:`mds_writer_class`).
 Why stand-ins: ``streaming/base/util.py`` imports ``torch.distributed`` for index merging, which
 writing never calls (PyTorch: 1.0 CPU-s and ~250 MB a run); its MDS encodings import PIL for
 image columns, its compression module brotli, snappy and zstd, its uploader tqdm, its shared
-barrier filelock (0.06 -> 0.03 s measured alone; the publish of a 1-worker run was ~0.3 s, issue 28). Each stand-in
-is a module in ``sys.modules`` only while the writer's modules load; the names they take from it
-then (:data:`STAND_INS`) are annotation-only classes, functions and classes that forward to the
-real module when first used. A stand-in's attribute read afterwards imports the real module, so
+barrier filelock (0.06 -> 0.03 s measured alone; the publish of a 1-worker run was ~0.3 s, issue
+28). Each stand-in is a module in ``sys.modules`` only while the writer's modules load; the names
+they take from it then (:data:`STAND_INS`) are annotation-only classes, functions and classes that
+forward to the real module when first used. A stand-in's attribute read afterwards imports the real module, so
 every later use (a reader, an image column, a rank query) is the real code. Meanwhile each
 stand-in's import lock is held, and the stand-in says it is initializing: another thread that
-imports one of them waits until the window ends (helper-33, helper-34: :func:`_module_locks`). A name read while
-they load that the table does not list makes the import start over without stand-ins (another
-streaming release: slower, never different). A module already imported is used as it is.
+imports one of them waits until the window ends (helper-33, helper-34: :func:`_module_locks`). A
+name read while they load that the table does not list makes the import start over without
+stand-ins (another streaming release: slower, never different). A module already imported is
+used as it is.
 """
 
 from __future__ import annotations
