@@ -282,6 +282,26 @@ def test_choose_rows_draws_the_keys_generator_random_draws(wire, source, length)
         assert drawn.random(5).tolist() == given.random(5).tolist()
 
 
+def test_choose_rows_on_pcg64_words_redraws_a_row_with_few_small_keys(wire):
+    """A PCG64's keys are gathered below a threshold as they are drawn; a row where fewer than k
+    are below it (row 15,553 of this stream: 4 of 40 keys below 0.368 for k = 5, about 1e-4 of
+    rows) is drawn again whole: the choice of the given keys, the state past every row."""
+    if not wire.PCG64:
+        pytest.skip("built without 128-bit integers: no inline PCG64")
+    n, length, p = 15560, 40, 5
+    candidates = np.ones((n, length), np.bool_)
+    drawn, given = np.random.Generator(np.random.PCG64(11)), np.random.Generator(np.random.PCG64(11))
+    keys = given.random((n, length))
+    assert (keys[15553] < (5 + 3 * 5**0.5 + 3) / 40).sum() == 4  # fewer than k: the row takes the other path
+    on_keys, on_draws = np.zeros((n, p), np.int32), np.zeros((n, p), np.int32)
+    assert wire.choose_rows(n, length, p, p, candidates, np.full(n, p, np.int64), keys, on_keys) is True
+    words = pcg64_words(drawn.bit_generator)
+    assert wire.choose_rows(n, length, p, p, candidates, np.full(n, p, np.int64), words, on_draws) is True
+    np.testing.assert_array_equal(on_draws, on_keys)
+    np.testing.assert_array_equal(words, pcg64_words(given.bit_generator))
+    assert on_keys[15553].tolist() == sorted(np.argsort(keys[15553])[:5].tolist())
+
+
 def test_replace_rows_is_80_10_10(wire):
     ids = np.array([[101, 5, 6, 7, 102], [101, 8, 9, 102, 0]], np.int32)
     k = np.array([3, 1], np.int64)

@@ -1294,33 +1294,27 @@ static inline int bucket_of(double x, double scale) {
     return f < (double)CHOOSE_BUCKETS ? (f >= 1.0 ? (int)f : 0) : CHOOSE_BUCKETS - 1;
 }
 
-/* The *k candidates of one row with the smallest keys, their positions ascending into pos[0..*k),
- * *k first lowered to the row's count of candidates; 0 when the k-th and the (k+1)-th smallest
- * are equal (numpy's choice among them is its own). The keys are uniform in [0, 1), so the k smallest of m
- * are almost always below t = (k + 3 sqrt(k) + 3) / m: the keys below t (a few dozen) are gathered
- * with their positions, without a branch (every candidate only when fewer than k were below t:
- * still exact). The k-th smallest of those is found by a histogram of CHOOSE_BUCKETS equal parts
- * of [0, t): the bucket where the count reaches k, then the few keys in it. Every key below t is
- * gathered, so every key equal to the k-th is: more than k gathered keys up to the k-th is a tie. */
-static int choose_row(const double *keys, const uint8_t *cand, Py_ssize_t L, int64_t *k_row, ChooseScratch *s,
-                      int32_t *pos) {
+/* The smallest keys' threshold of choose_row: the k smallest of m keys uniform in [0, 1) are almost
+ * always below t = (k + 3 sqrt(k) + 3) / m (a few dozen keys are). */
+static inline double choose_threshold(Py_ssize_t k, Py_ssize_t m) {
+    return ((double)k + 3.0 * sqrt((double)k) + 3.0) / (double)m;
+}
+
+/* Candidates among a row's first L positions; *k_row lowered to their count. */
+static inline Py_ssize_t choose_count(const uint8_t *cand, Py_ssize_t L, int64_t *k_row) {
     Py_ssize_t m = 0;
     for (Py_ssize_t j = 0; j < L; j++) m += cand[j] != 0;
     if (*k_row > m) *k_row = m;
-    const Py_ssize_t k = (Py_ssize_t)*k_row;
-    if (k == 0) return 1;
-    double t = ((double)k + 3.0 * sqrt((double)k) + 3.0) / (double)m;
-    Py_ssize_t c;
-    for (;;) {
-        c = 0;
-        for (Py_ssize_t j = 0; j < L; j++) {
-            s->gathered[c] = keys[j];
-            s->at[c] = (int32_t)j;
-            c += (cand[j] != 0) & (keys[j] < t);
-        }
-        if (c >= k) break;
-        t = INFINITY; /* fewer than k below t: every candidate */
-    }
+    return m;
+}
+
+/* The k smallest of the c >= k keys gathered (s->gathered, their positions s->at, in position
+ * order: every candidate's key below t), their positions ascending into pos[0..k); 0 when the
+ * k-th and the (k+1)-th smallest are equal. The k-th smallest is found by a histogram of
+ * CHOOSE_BUCKETS equal parts of [0, t): the bucket where the count reaches k, then the few keys in
+ * it. Every key below t is gathered, so every key equal to the k-th is: more than k gathered keys
+ * up to the k-th is a tie. */
+static int choose_pick(ChooseScratch *s, Py_ssize_t c, Py_ssize_t k, double t, int32_t *pos) {
     const double scale = (double)CHOOSE_BUCKETS / (t < 1.0 ? t : 1.0);
     Py_ssize_t hist[CHOOSE_BUCKETS] = {0}, below = 0, in = 0;
     for (Py_ssize_t i = 0; i < c; i++) hist[bucket_of(s->gathered[i], scale)]++;
@@ -1340,6 +1334,98 @@ static int choose_row(const double *keys, const uint8_t *cand, Py_ssize_t L, int
     memcpy(pos, s->taken, (size_t)k * sizeof(int32_t));
     return 1;
 }
+
+/* The *k candidates of one row with the smallest keys, their positions ascending into pos[0..*k),
+ * *k first lowered to the row's count of candidates; 0 when the k-th and the (k+1)-th smallest
+ * are equal (numpy's choice among them is its own). The keys below choose_threshold are gathered
+ * with their positions, without a branch (every candidate only when fewer than k were below t:
+ * still exact), then choose_pick. */
+static int choose_row(const double *keys, const uint8_t *cand, Py_ssize_t L, int64_t *k_row, ChooseScratch *s,
+                      int32_t *pos) {
+    const Py_ssize_t m = choose_count(cand, L, k_row);
+    const Py_ssize_t k = (Py_ssize_t)*k_row;
+    if (k == 0) return 1;
+    double t = choose_threshold(k, m);
+    Py_ssize_t c;
+    for (;;) {
+        c = 0;
+        for (Py_ssize_t j = 0; j < L; j++) {
+            s->gathered[c] = keys[j];
+            s->at[c] = (int32_t)j;
+            c += (cand[j] != 0) & (keys[j] < t);
+        }
+        if (c >= k) break;
+        t = INFINITY; /* fewer than k below t: every candidate */
+    }
+    return choose_pick(s, c, k, t, pos);
+}
+
+#if HAVE_PCG64
+/* pcg64_fill's n draws (the same lanes, the same values, *state stepped n times) gathered as
+ * choose_row gathers them below t, without storing the others: one pass where drawing then
+ * gathering took two over the row. Returns the count gathered. */
+static Py_ssize_t pcg64_gather(U128 *state, U128 inc, PCG64Jump4 jump, const uint8_t *cand, Py_ssize_t n, double t,
+                               double *gathered, int32_t *at) {
+    U128 s = *state;
+    Py_ssize_t j = 0, c = 0;
+#define GATHER(x, jj)                                    \
+    do {                                                 \
+        const double key = pcg64_out(x);                 \
+        gathered[c] = key;                               \
+        at[c] = (int32_t)(jj);                           \
+        c += (cand[jj] != 0) & (key < t);                \
+    } while (0)
+    if (n >= 8) {
+        U128 x0 = s * PCG64_MULT + inc, x1 = x0 * PCG64_MULT + inc, x2 = x1 * PCG64_MULT + inc,
+             x3 = x2 * PCG64_MULT + inc;
+        for (; j + 4 <= n; j += 4) {
+            GATHER(x0, j);
+            GATHER(x1, j + 1);
+            GATHER(x2, j + 2);
+            GATHER(x3, j + 3);
+            s = x3;
+            x0 = x0 * jump.a4 + jump.c4;
+            x1 = x1 * jump.a4 + jump.c4;
+            x2 = x2 * jump.a4 + jump.c4;
+            x3 = x3 * jump.a4 + jump.c4;
+        }
+    }
+    for (; j < n; j++) {
+        s = s * PCG64_MULT + inc;
+        GATHER(s, j);
+    }
+#undef GATHER
+    *state = s;
+    return c;
+}
+
+/* choose_row on the next L keys of a PCG64 (state, inc), drawn as it gathers them; *state
+ * stepped L times. Past the row's last candidate (its padding) the keys are skipped by a jump. */
+static int choose_row_pcg64(U128 *state, U128 inc, PCG64Jump4 jump, const uint8_t *cand, Py_ssize_t L,
+                            int64_t *k_row, ChooseScratch *s, int32_t *pos) {
+    Py_ssize_t drawn = L;
+    while (drawn > 0 && !cand[drawn - 1]) drawn--;
+    const Py_ssize_t m = choose_count(cand, drawn, k_row);
+    const Py_ssize_t k = (Py_ssize_t)*k_row;
+    if (k == 0) { /* no candidate: nothing drawn is looked at */
+        *state = pcg64_advance(*state, inc, (uint64_t)L);
+        return 1;
+    }
+    const U128 start = *state;
+    const double t = choose_threshold(k, m);
+    int ok;
+    const Py_ssize_t c = pcg64_gather(state, inc, jump, cand, drawn, t, s->gathered, s->at);
+    if (c >= k) {
+        ok = choose_pick(s, c, k, t, pos);
+    } else { /* fewer than k below t (rare): the row's keys drawn again, every candidate */
+        U128 again = start;
+        pcg64_fill(&again, inc, jump, s->row, drawn);
+        ok = choose_row(s->row, cand, drawn, k_row, s, pos);
+    }
+    if (drawn < L) *state = pcg64_advance(*state, inc, (uint64_t)(L - drawn));
+    return ok;
+}
+#endif
 
 /* choose_rows(n, L, width, p, candidates, k, source, positions) -> bool: the choice of
  * bert_data.masking.mask_batch: per row the k[r] candidates (bool (n, L)) of smallest key,
@@ -1413,7 +1499,6 @@ static PyObject *choose_rows(PyObject *self, PyObject *args) {
 #endif
     for (Py_ssize_t r = 0; r < n && ok; r++) {
         const double *keys = gen || pcg ? s.row : (const double *)v[3].buf + r * L;
-        Py_ssize_t drawn = L; /* the keys choose_row looks at: past them no candidate */
         if (gen) {
             double (*next_double)(void *) = gen->next_double;
             void *st = gen->state;
@@ -1421,13 +1506,11 @@ static PyObject *choose_rows(PyObject *self, PyObject *args) {
         }
 #if HAVE_PCG64
         else if (pcg) {
-            const uint8_t *c = cand + r * L;
-            while (drawn > 0 && !c[drawn - 1]) drawn--;
-            pcg64_fill(&state, inc, jump, s.row, drawn);
-            if (drawn < L) state = pcg64_advance(state, inc, (uint64_t)(L - drawn));
+            ok = choose_row_pcg64(&state, inc, jump, cand + r * L, L, k + r, &s, positions + r * p);
+            continue;
         }
 #endif
-        ok = choose_row(keys, cand + r * L, drawn, k + r, &s, positions + r * p);
+        ok = choose_row(keys, cand + r * L, L, k + r, &s, positions + r * p);
     }
 #if HAVE_PCG64
     if (pcg) {
