@@ -167,6 +167,42 @@ def test_framed_records_are_the_framed_records_of_serialize_examples(batch, data
     assert with_c[1].tolist() == with_numpy[1].tolist() == ends.tolist()
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batches(), st.data())
+def test_each_shards_run_is_the_framed_records_of_its_rows(batch, data):
+    """serialize_shard_runs (the rows read in batch order, each frame written into its shard's
+    bytes) gives, per shard, frame_records over serialize_examples' records of its rows in batch
+    order: b"" for a shard without rows, whatever the dtypes, lengths and values."""
+    features, order = batch
+    n = len(next(iter(features.values())))
+    num_shards = data.draw(st.integers(1, 6))
+    shard_of_row = np.array(data.draw(st.lists(st.integers(0, num_shards - 1), min_size=n, max_size=n)), np.int64)
+    runs = example_wire.serialize_shard_runs(features, order, shard_of_row, num_shards)
+    if runs is None:  # more features than the C loop takes
+        assert len(order) > example_wire.NATIVE_MAX_FEATURES
+        return
+    records = serialize_examples(features, order)
+    assert runs == [frame_records([records[r] for r in np.flatnonzero(shard_of_row == s).tolist()])
+                    for s in range(num_shards)]
+
+
+@pytest.mark.parametrize(
+    "shards, num_shards, error",
+    [
+        (np.array([0, 2], np.int64), 2, IndexError),  # a shard past num_shards
+        (np.array([0, -1], np.int64), 2, IndexError),
+        (np.array([0, 1], np.int64), 0, ValueError),
+        (np.array([0, 1], np.int32), 2, TypeError),
+        (np.array([0], np.int64), 2, TypeError),  # one shard per row
+        ([0, 1], 2, TypeError),
+    ],
+)
+def test_wire_serialize_shard_runs_refuses_bad_shards(wire, shards, num_shards, error):
+    prefixes, kinds = example_wire._entry_prefixes((("v", "int64"),))
+    with pytest.raises(error):
+        wire.serialize_shard_runs((np.ones((2, 3), np.int32),), prefixes, kinds, shards, num_shards)
+
+
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 @pytest.mark.parametrize("encoder_kind", ["frames", "payloads only"])
 def test_a_batch_becomes_each_shards_run_of_its_rows_in_order(compression, encoder_kind):
@@ -270,7 +306,7 @@ def _spy_on(monkeypatch, wire) -> list:
 
 def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
     """A worker's fragment writer serializes and frames each batch in one C call
-    (serialize_frames), so the figures in docs/performance.md are of that path."""
+    (serialize_shard_runs), so the figures in docs/performance.md are of that path."""
     from bert_data.format.containers import TFRecordContainer
     from bert_data.format.encoders import ExampleEncoder
     from bert_data.output.fragment import FragmentWriter
@@ -281,7 +317,7 @@ def test_the_writer_frames_its_records_in_c(monkeypatch, tmp_path, wire):
     writer = FragmentWriter(path=str(tmp_path / "f"), encoder=encoder, container=TFRecordContainer(), num_shards=2)
     writer.write_batch({"a": np.arange(6, dtype=np.int32).reshape(3, 2)}, np.array([1, 0, 1]))
     writer.close()
-    assert calls == ["serialize_frames"]
+    assert calls == ["serialize_shard_runs"]
     assert [(s.shard, s.records) for s in writer.segments] == [(0, 1), (1, 2)]
     assert [parse_example(r)["a"].tolist() for r in iter_records(str(tmp_path / "f"))] == [[2, 3], [0, 1], [4, 5]]
 

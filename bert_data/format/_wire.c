@@ -983,6 +983,102 @@ done:
     return out;
 }
 
+/* The bytes of one record's frame at most (16 + the record), whatever its values: every integer a
+ * 10-byte varint, every float 4 bytes (the lengths stage_record computes, from those payloads). */
+static uint64_t frame_bound(const WFeature *features, int n_features) {
+    uint64_t total = 0;
+    for (int f = 0; f < n_features; f++) {
+        const WFeature *w = &features[f];
+        const uint64_t payload = (uint64_t)w->count * (w->is_float ? 4 : 10);
+        const uint64_t list = w->count ? 1 + varint_len(payload) + payload : 0;
+        const uint64_t feature = 1 + varint_len(list) + list;
+        const uint64_t entry = (uint64_t)w->prefix_len + varint_len(feature) + feature;
+        total += 1 + varint_len(entry) + entry;
+    }
+    return 16 + 1 + varint_len(total) + total;
+}
+
+/* serialize_shard_runs(arrays, prefixes, kinds, shard_of_row, num_shards) -> list: for each shard
+ * s in [0, num_shards), the frames of the rows r with shard_of_row[r] == s (int64, one per row),
+ * in row order, as serialize_frames makes them, in one bytes (b"" for a shard without rows). The
+ * rows are read in batch order and each frame is written straight into its shard's bytes (made
+ * frame_bound() a row, cut to their length at the end): reading them in shard order (serialize_frames
+ * on rows sorted by shard) jumps from row to row, and a cold MSL-512 batch took 10.3 ms against 6.9. */
+static PyObject *serialize_shard_runs(PyObject *self, PyObject *args) {
+    PyObject *arrays, *prefixes, *kinds, *shards_obj;
+    Py_ssize_t num_shards;
+    if (!PyArg_ParseTuple(args, "OOOOn", &arrays, &prefixes, &kinds, &shards_obj, &num_shards)) return NULL;
+    WFeature features[MAX_FEATURES];
+    Py_buffer views[MAX_FEATURES], shards_view;
+    int n_views = 0, have_shards = 0;
+    Py_ssize_t n = 0;
+    PyObject *out = NULL;
+    uint8_t *scratch = NULL;
+    Py_ssize_t *used = NULL;
+    if (!write_args(arrays, prefixes, kinds, features, views, &n_views, &n)) goto fail;
+    if (num_shards < 1) {
+        PyErr_SetString(PyExc_ValueError, "serialize_shard_runs: num_shards must be at least 1");
+        goto fail;
+    }
+    if (!typed_buffer(shards_obj, &shards_view, 0, n, 8, 'q', "serialize_shard_runs: shard_of_row")) goto fail;
+    have_shards = 1;
+    const int64_t *shard = (const int64_t *)shards_view.buf;
+    used = PyMem_Calloc((size_t)num_shards, sizeof(Py_ssize_t)); /* first the rows of each shard */
+    if (!used) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (shard[r] < 0 || shard[r] >= num_shards) {
+            PyErr_Format(PyExc_IndexError, "serialize_shard_runs: shard %lld of %zd", (long long)shard[r], num_shards);
+            goto fail;
+        }
+        used[shard[r]]++;
+    }
+    const uint64_t bound = frame_bound(features, n_views);
+    out = PyList_New(num_shards);
+    if (!out) goto fail;
+    for (Py_ssize_t s = 0; s < num_shards; s++) {
+        if ((uint64_t)used[s] > (uint64_t)PY_SSIZE_T_MAX / bound) { PyErr_NoMemory(); goto fail; }
+        PyObject *run = PyBytes_FromStringAndSize(NULL, used[s] * (Py_ssize_t)bound);
+        if (!run) goto fail;
+        PyList_SET_ITEM(out, s, run);
+        used[s] = 0; /* from here, the bytes written */
+    }
+    scratch = (uint8_t *)PyMem_Malloc((size_t)scratch_size(features, n_views));
+    if (!scratch) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const uint64_t size = stage_record(features, n_views, r, scratch);
+        const uint64_t length = 1 + varint_len(size) + size;
+        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(out, shard[r])) + used[shard[r]];
+        uint32_t crc;
+        memcpy(p, &length, 8); /* little-endian: see module init */
+        crc = masked(crc32c(p, 8));
+        memcpy(p + 8, &crc, 4);
+        if (16 + length > bound || write_record(p + 12, features, n_views, size) != p + 12 + length) { /* cannot happen */
+            PyErr_SetString(PyExc_SystemError, "serialize_shard_runs: a record's length differs from its plan");
+            goto fail;
+        }
+        crc = masked(crc32c(p + 12, (size_t)length));
+        memcpy(p + 12 + length, &crc, 4);
+        used[shard[r]] += 16 + (Py_ssize_t)length;
+    }
+    for (Py_ssize_t s = 0; s < num_shards; s++) {
+        PyObject *run = PyList_GET_ITEM(out, s);
+        if (PyBytes_GET_SIZE(run) != used[s]) {
+            PyList_SET_ITEM(out, s, NULL);
+            if (_PyBytes_Resize(&run, used[s]) < 0) goto fail; /* (run freed, its slot empty) */
+            PyList_SET_ITEM(out, s, run);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(scratch);
+    PyMem_Free(used);
+    if (have_shards) PyBuffer_Release(&shards_view);
+    release_all(views, n_views);
+    return out;
+}
+
 /* frame_records(payloads) -> bytes: TFRecord frames of a sequence of bytes-like payloads (uint64 LE
  * length, masked CRC32C of those 8 bytes, the payload, masked CRC32C of the payload), as
  * bert_data.format.tfrecord.frame_records writes them. */
@@ -3089,6 +3185,8 @@ static PyMethodDef methods[] = {
      "(data, starts, lengths, keys, kinds, counts, outs, ok_out, small) -> wide"},
     {"clean_rows", clean_rows, METH_VARARGS, "(arrays, params, kinds, real_out, pred_out) -> None or sums"},
     {"serialize_examples", serialize_examples, METH_VARARGS, "(arrays, prefixes, kinds) -> list of tf.train.Example bytes"},
+    {"serialize_shard_runs", serialize_shard_runs, METH_VARARGS,
+     "(arrays, prefixes, kinds, shard_of_row, num_shards) -> list: each shard's framed records, in row order"},
     {"serialize_frames", serialize_frames, METH_VARARGS,
      "(arrays, prefixes, kinds, rows, ends) -> bytes: those rows' tf.train.Example records in TFRecord frames"},
     {"frame_records", frame_records, METH_O, "(payloads) -> bytes: their TFRecord frames"},

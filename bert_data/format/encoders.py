@@ -11,11 +11,12 @@ A new record encoding is one class here and one entry in :data:`ENCODERS`.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .example_wire import serialize_examples, serialize_frames, serialize_token_sequences, token_sequence_elements
+from .example_wire import (serialize_examples, serialize_frames, serialize_shard_runs, serialize_token_sequences,
+                           token_sequence_elements)
 from .schema import FeatureSpec, feature_order
 from .tfrecord import frame_records
 
@@ -43,6 +44,13 @@ class ExampleEncoder:
             raise IndexError(f"encode_frames: rows {rows.min()}..{rows.max()} of a batch of {len(payloads)}")
         picked = [payloads[row] for row in rows.tolist()]
         return frame_records(picked), np.cumsum([16 + len(p) for p in picked], dtype=np.int64)
+
+    def encode_shard_runs(self, features: Mapping[str, np.ndarray], shard_of_row: np.ndarray,
+                          num_shards: int) -> Optional[List[bytes]]:
+        """Each shard's frames of :meth:`encode_frames` (its rows in batch order), one ``bytes`` a
+        shard, made by the C accelerator reading the rows in batch order; None without it (the
+        container then asks :meth:`encode_frames`)."""
+        return serialize_shard_runs(features, self.order, shard_of_row, num_shards)
 
 
 class TokenSequenceEncoder:
