@@ -186,6 +186,18 @@ def test_each_shards_run_is_the_framed_records_of_its_rows(batch, data):
                     for s in range(num_shards)]
 
 
+def test_shard_runs_grow_for_records_longer_than_the_first(wire):
+    """A shard's bytes are sized from the batch's first record and grown when later ones are
+    longer (here 1-byte values first, then 10-byte varints): the same bytes as framing each record."""
+    values = np.zeros((50, 64), np.int64)
+    values[1:] = -1  # negative int64: 10-byte varints, ~10x the first record
+    features, order = {"v": values}, (("v", "int64"),)
+    shard_of_row = np.arange(50, dtype=np.int64) % 3
+    records = serialize_examples(features, order)
+    assert example_wire.serialize_shard_runs(features, order, shard_of_row, 3) == [
+        frame_records([records[r] for r in range(s, 50, 3)]) for s in range(3)]
+
+
 @pytest.mark.parametrize(
     "shards, num_shards, error",
     [

@@ -1032,33 +1032,46 @@ static PyObject *serialize_shard_runs(PyObject *self, PyObject *args) {
         }
         used[shard[r]]++;
     }
+    scratch = (uint8_t *)PyMem_Malloc((size_t)scratch_size(features, n_views));
+    if (!scratch) { PyErr_NoMemory(); goto fail; }
+    /* Each shard's bytes: its rows times the first record's frame and a quarter more (a bound on
+     * every record, ~6x that at MSL 512, made 60 MB a batch that malloc handed back to the kernel
+     * and took again, zeroed, page by page), grown when a shard's records are longer. */
     const uint64_t bound = frame_bound(features, n_views);
+    const uint64_t size0 = n ? stage_record(features, n_views, 0, scratch) : 0;
+    const uint64_t first = 16 + 1 + varint_len(size0) + size0;
+    const uint64_t guess = first + first / 4 + 64 < bound ? first + first / 4 + 64 : bound;
     out = PyList_New(num_shards);
     if (!out) goto fail;
     for (Py_ssize_t s = 0; s < num_shards; s++) {
-        if ((uint64_t)used[s] > (uint64_t)PY_SSIZE_T_MAX / bound) { PyErr_NoMemory(); goto fail; }
-        PyObject *run = PyBytes_FromStringAndSize(NULL, used[s] * (Py_ssize_t)bound);
+        if ((uint64_t)used[s] > (uint64_t)(PY_SSIZE_T_MAX / 2) / bound) { PyErr_NoMemory(); goto fail; }
+        PyObject *run = PyBytes_FromStringAndSize(NULL, used[s] * (Py_ssize_t)guess);
         if (!run) goto fail;
         PyList_SET_ITEM(out, s, run);
         used[s] = 0; /* from here, the bytes written */
     }
-    scratch = (uint8_t *)PyMem_Malloc((size_t)scratch_size(features, n_views));
-    if (!scratch) { PyErr_NoMemory(); goto fail; }
     for (Py_ssize_t r = 0; r < n; r++) {
         const uint64_t size = stage_record(features, n_views, r, scratch);
         const uint64_t length = 1 + varint_len(size) + size;
-        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(out, shard[r])) + used[shard[r]];
+        const Py_ssize_t s = (Py_ssize_t)shard[r], need = used[s] + 16 + (Py_ssize_t)length;
+        PyObject *run = PyList_GET_ITEM(out, s);
+        if (need > PyBytes_GET_SIZE(run)) { /* longer records than the first: twice the room */
+            PyList_SET_ITEM(out, s, NULL);
+            if (_PyBytes_Resize(&run, 2 * PyBytes_GET_SIZE(run) > need ? 2 * PyBytes_GET_SIZE(run) : need) < 0) goto fail;
+            PyList_SET_ITEM(out, s, run);
+        }
+        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(run) + used[s];
         uint32_t crc;
         memcpy(p, &length, 8); /* little-endian: see module init */
         crc = masked(crc32c(p, 8));
         memcpy(p + 8, &crc, 4);
-        if (16 + length > bound || write_record(p + 12, features, n_views, size) != p + 12 + length) { /* cannot happen */
+        if (write_record(p + 12, features, n_views, size) != p + 12 + length) { /* cannot happen: measured above */
             PyErr_SetString(PyExc_SystemError, "serialize_shard_runs: a record's length differs from its plan");
             goto fail;
         }
         crc = masked(crc32c(p + 12, (size_t)length));
         memcpy(p + 12 + length, &crc, 4);
-        used[shard[r]] += 16 + (Py_ssize_t)length;
+        used[s] = need;
     }
     for (Py_ssize_t s = 0; s < num_shards; s++) {
         PyObject *run = PyList_GET_ITEM(out, s);
