@@ -65,7 +65,7 @@
  *     state handed back is the one Python's planner leaves (documented at the function). None
  *     sends the caller to Python's planner. mt_draws(...) runs the generator alone (tests).
  *
- * mds_frames(...), parquet_page(...), nvidia_run(...) -> bytes or None
+ * mds_shard_frames(...), parquet_page(...), nvidia_run(...) -> bytes (a list of them) or None
  *     The output formats' own bytes, made by the workers from a batch's padded rows: MDS samples
  *     in TFRecord frames, a Parquet data page, a run of NVIDIA's HDF5 samples in one frame
  *     (bert_data.format.mds, .parquet, .nvidia_hdf5: numpy the reference, byte for byte). None
@@ -2952,75 +2952,112 @@ static uint8_t *mds_put_column(const MdsColumn *c, int64_t r, uint8_t *p) {
     return p;
 }
 
-/* mds_frames(columns, rows) -> bytes or None: the TFRecord frames of rows `rows` (int64 indices,
- * in order) as MDS samples, back to back (bert_data.format.mds.encode_samples' bytes: the uint32
- * byte size of each ndarray column, then every column in order). columns: (values, width, counts,
- * variable, item, low, high) in the MDS writer's column order: values C-contiguous int32 or int64
- * rows of `width`, counts int64 (each row's values: its prefix), item the stored bytes a value
- * (1, 2 or 4). None when a row does not fit (an empty array, which MDS refuses; a value outside
- * low..high; padding not 0): the numpy path then says why. */
-static PyObject *mds_frames(PyObject *self, PyObject *args) {
-    PyObject *columns_arg, *rows_arg;
-    if (!PyArg_ParseTuple(args, "OO", &columns_arg, &rows_arg)) return NULL;
-    PyObject *seq = PySequence_Fast(columns_arg, "mds_frames: columns must be a sequence");
-    if (!seq) return NULL;
-    MdsColumn cols[MDS_MAX_COLUMNS];
-    int got = 0, have_rows = 0;
-    Py_buffer rows_view;
-    Py_ssize_t nrows = 0, count;
-    PyObject *result = NULL;
+/* mds_shard_frames' columns: (values, width, counts, variable, item, low, high) in the MDS writer's
+ * column order: values C-contiguous int32 or int64 rows of `width`, counts int64 (each row's
+ * values: its prefix), item the stored bytes a value (1, 2 or 4). A row's sample is
+ * bert_data.format.mds.encode_samples' bytes: the uint32 byte size of each ndarray column, then
+ * every column in order. A row does not fit when it holds an empty array (which MDS refuses), a
+ * value outside low..high or padding that is not 0: the numpy path then says why. */
+/* The columns (views released by the caller: *got of them); the batch's rows into *nrows. */
+static int mds_columns(PyObject *seq, MdsColumn *cols, int *got, Py_ssize_t *nrows, const char *what) {
+    Py_ssize_t count;
     const Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
-    if (nc < 1 || nc > MDS_MAX_COLUMNS) { PyErr_SetString(PyExc_ValueError, "mds_frames: 1 to 8 columns"); goto done; }
+    if (nc < 1 || nc > MDS_MAX_COLUMNS) { PyErr_Format(PyExc_ValueError, "%s: 1 to 8 columns", what); return 0; }
     for (Py_ssize_t i = 0; i < nc; i++) {
         MdsColumn *c = &cols[i];
         PyObject *values, *counts;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OnOpiLL", &values, &c->width, &counts, &c->variable,
-                              &c->item, &c->low, &c->high)) goto done;
-        if (!any_vector(values, &c->values, 0, 'i', 4, 'q', 8, &count, "mds_frames")) goto done;
-        if (!any_vector(counts, &c->counts, 0, 'q', 8, 0, 0, &nrows, "mds_frames")) { PyBuffer_Release(&c->values); goto done; }
-        got++;
+                              &c->item, &c->low, &c->high)) return 0;
+        if (!any_vector(values, &c->values, 0, 'i', 4, 'q', 8, &count, what)) return 0;
+        if (!any_vector(counts, &c->counts, 0, 'q', 8, 0, 0, nrows, what)) { PyBuffer_Release(&c->values); return 0; }
+        (*got)++;
         c->wide = c->values.itemsize == 8;
-        if (c->width < 1 || count != nrows * c->width || (c->item != 1 && c->item != 2 && c->item != 4)) {
-            PyErr_SetString(PyExc_ValueError, "mds_frames: a column's values must hold len(counts) rows of width; item 1, 2 or 4");
-            goto done;
+        if (c->width < 1 || count != *nrows * c->width || (c->item != 1 && c->item != 2 && c->item != 4)) {
+            PyErr_Format(PyExc_ValueError, "%s: a column's values must hold len(counts) rows of width; item 1, 2 or 4", what);
+            return 0;
         }
-        if (i && nrows != cols[0].counts.len / 8) { PyErr_SetString(PyExc_ValueError, "mds_frames: columns of different rows"); goto done; }
+        if (i && *nrows != cols[0].counts.len / 8) { PyErr_Format(PyExc_ValueError, "%s: columns of different rows", what); return 0; }
     }
-    if (!any_vector(rows_arg, &rows_view, 0, 'q', 8, 0, 0, &count, "mds_frames")) goto done;
-    have_rows = 1;
-    const int64_t *rows = rows_view.buf;
+    return 1;
+}
+
+/* Row r's frame's bytes (16 + its sample's), or 0 when a column declines the row. */
+static Py_ssize_t mds_frame_size(const MdsColumn *cols, Py_ssize_t nc, int variables, int64_t r) {
+    Py_ssize_t payload = 4 * variables;
+    for (Py_ssize_t i = 0; i < nc; i++) {
+        if (!mds_row_fits(&cols[i], r)) return 0;
+        payload += mds_size(&cols[i], r);
+    }
+    return 16 + payload;
+}
+
+/* Row r's sample in its TFRecord frame at p; returns the frame's end. */
+static uint8_t *mds_put_frame(const MdsColumn *cols, Py_ssize_t nc, int variables, int64_t r, uint8_t *p) {
+    uint8_t *frame = p, *payload = p + 12, *q = payload + 4 * variables;
+    for (Py_ssize_t i = 0, v = 0; i < nc; i++) {
+        if (cols[i].variable) { const uint32_t s = (uint32_t)mds_size(&cols[i], r); memcpy(payload + 4 * v++, &s, 4); }
+        q = mds_put_column(&cols[i], r, q);
+    }
+    const uint64_t length = (uint64_t)(q - payload);
+    memcpy(frame, &length, 8);
+    uint32_t crc = masked(crc32c(frame, 8));
+    memcpy(frame + 8, &crc, 4);
+    crc = masked(crc32c(payload, (size_t)length));
+    memcpy(q, &crc, 4);
+    return q + 4;
+}
+
+/* mds_shard_frames(columns, shard_of_row, num_shards) -> list or None: for each shard s in
+ * [0, num_shards), the TFRecord frames of the MDS samples of the rows r with shard_of_row[r] == s
+ * (int64, one per row), in row order, as one bytes (b"" for a shard without rows); None when a row
+ * does not fit. The rows are read in batch order, each frame written at its place in its shard's
+ * bytes (sized exactly first): one shard's rows at a time jumps from row to row (see
+ * serialize_shard_runs). */
+static PyObject *mds_shard_frames(PyObject *self, PyObject *args) {
+    PyObject *columns_arg, *shards_arg;
+    Py_ssize_t num_shards;
+    if (!PyArg_ParseTuple(args, "OOn", &columns_arg, &shards_arg, &num_shards)) return NULL;
+    PyObject *seq = PySequence_Fast(columns_arg, "mds_shard_frames: columns must be a sequence");
+    if (!seq) return NULL;
+    MdsColumn cols[MDS_MAX_COLUMNS];
+    int got = 0, have_shards = 0;
+    Py_buffer shards_view;
+    Py_ssize_t nrows = 0, count;
+    Py_ssize_t *used = NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
+    if (!mds_columns(seq, cols, &got, &nrows, "mds_shard_frames")) goto done;
+    if (num_shards < 1) { PyErr_SetString(PyExc_ValueError, "mds_shard_frames: num_shards must be at least 1"); goto done; }
+    if (!any_vector(shards_arg, &shards_view, 0, 'q', 8, 0, 0, &count, "mds_shard_frames")) goto done;
+    have_shards = 1;
+    if (count != nrows) { PyErr_SetString(PyExc_ValueError, "mds_shard_frames: one shard per row"); goto done; }
+    const int64_t *shard = shards_view.buf;
     int variables = 0;
     for (Py_ssize_t i = 0; i < nc; i++) variables += cols[i].variable;
-    Py_ssize_t total = 0;
-    for (Py_ssize_t j = 0; j < count; j++) {
-        if (rows[j] < 0 || rows[j] >= nrows) { PyErr_SetString(PyExc_IndexError, "mds_frames: a row index is out of range"); goto done; }
-        Py_ssize_t payload = 4 * variables;
-        for (Py_ssize_t i = 0; i < nc; i++) {
-            if (!mds_row_fits(&cols[i], rows[j])) { result = Py_None; Py_INCREF(result); goto done; }
-            payload += mds_size(&cols[i], rows[j]);
-        }
-        total += 16 + payload;
+    used = PyMem_Calloc((size_t)num_shards, sizeof(Py_ssize_t)); /* first each shard's bytes */
+    if (!used) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        if (shard[r] < 0 || shard[r] >= num_shards) { PyErr_SetString(PyExc_IndexError, "mds_shard_frames: a shard out of range"); goto done; }
+        const Py_ssize_t size = mds_frame_size(cols, nc, variables, r);
+        if (!size) { result = Py_None; Py_INCREF(result); goto done; }
+        used[shard[r]] += size;
     }
-    result = PyBytes_FromStringAndSize(NULL, total);
+    result = PyList_New(num_shards);
     if (!result) goto done;
-    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
-    for (Py_ssize_t j = 0; j < count; j++) {
-        uint8_t *frame = p, *payload = p + 12, *q = payload + 4 * variables;
-        for (Py_ssize_t i = 0, v = 0; i < nc; i++) {
-            if (cols[i].variable) { const uint32_t s = (uint32_t)mds_size(&cols[i], rows[j]); memcpy(payload + 4 * v++, &s, 4); }
-            q = mds_put_column(&cols[i], rows[j], q);
-        }
-        const uint64_t length = (uint64_t)(q - payload);
-        memcpy(frame, &length, 8);
-        uint32_t crc = masked(crc32c(frame, 8));
-        memcpy(frame + 8, &crc, 4);
-        crc = masked(crc32c(payload, (size_t)length));
-        memcpy(q, &crc, 4);
-        p = q + 4;
+    for (Py_ssize_t s = 0; s < num_shards; s++) {
+        PyObject *run = PyBytes_FromStringAndSize(NULL, used[s]);
+        if (!run) { Py_CLEAR(result); goto done; }
+        PyList_SET_ITEM(result, s, run);
+        used[s] = 0; /* from here, the bytes written */
+    }
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(result, shard[r])) + used[shard[r]];
+        used[shard[r]] += mds_put_frame(cols, nc, variables, r, p) - p;
     }
 done:
+    PyMem_Free(used);
     for (int i = 0; i < got; i++) { PyBuffer_Release(&cols[i].values); PyBuffer_Release(&cols[i].counts); }
-    if (have_rows) PyBuffer_Release(&rows_view);
+    if (have_shards) PyBuffer_Release(&shards_view);
     Py_DECREF(seq);
     return result;
 }
@@ -3230,8 +3267,8 @@ static PyMethodDef methods[] = {
      "single_sentence_chunks, continuations_kept)"},
     {"mt_draws", mt_draws, METH_VARARGS, "(state, kinds, args) -> (state, values): random.Random's draws (tests)"},
     {"crc32c", crc32c_py, METH_O, "CRC32C of a bytes-like object"},
-    {"mds_frames", mds_frames, METH_VARARGS,
-     "(columns, rows) -> bytes or None: the TFRecord frames of the rows' MDS samples"},
+    {"mds_shard_frames", mds_shard_frames, METH_VARARGS,
+     "(columns, shard_of_row, num_shards) -> list or None: each shard's rows as MDS samples in TFRecord frames"},
     {"parquet_page", parquet_page, METH_VARARGS,
      "(values, width, counts, rows, levels, low, high) -> (payload, levels) or None: a Parquet data page's levels and DELTA values"},
     {"nvidia_run", nvidia_run, METH_VARARGS,

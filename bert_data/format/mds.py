@@ -23,7 +23,7 @@ here: :func:`streaming_base` (readers), :func:`mds_writer_class` (the writer's o
 transformers, 1.3 CPU-s less a run), both from :mod:`bert_data.format.streaming_import`.
 
 Speed (issue 28): ``MDSWriter.write`` of one row is ~50 us of Python, 5x the rest of a run, so the
-workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_frames`` from the
+workers encode the samples (:func:`frame_samples`: the C accelerator's ``mds_shard_frames`` from the
 padded rows, else whole-batch numpy, :func:`encode_samples`, in streaming's own encodings and
 column list, :func:`writer_columns`) into TFRecord frames; at publish the shard's writer reads the
 frames a window at a time (CRCs checked: :class:`FramedFile`) for the samples' sizes, which cut
@@ -91,26 +91,25 @@ def frame_samples(features: Mapping[str, np.ndarray], shard_of_row: np.ndarray, 
                   ) -> List[Tuple[int, bytes, int]]:
     """A batch's padded rows (row i for shard ``shard_of_row[i]``) as MDS samples, one run of
     TFRecord frames per shard present, in shard order: ``(shard, frames, rows)``. The workers
-    encode the samples (the C accelerator's ``mds_frames`` from the padded rows; else
+    encode the samples (the C accelerator's ``mds_shard_frames`` from the padded rows; else
     :func:`encode_samples`, the same bytes); at publish the writer only appends them."""
     return shard_runs(features, shard_of_row, layout, _native_frames,
                       lambda batch: frame_records([bytes(s) for s in encode_samples(writer_columns(layout), batch)]))
 
 
 def _native_frames(native, features: Mapping[str, np.ndarray], shards, layout: str):
-    """:func:`frame_samples` by the C accelerator (the same bytes); None where a row does not fit."""
+    """:func:`frame_samples` by the C accelerator's ``mds_shard_frames`` (the same bytes; the rows
+    read in batch order, each shard's frames made at once); None where a row does not fit."""
     counts = native_counts(native, features)
     if counts is None:
         return None
     by_name = {c.name: c for c in columns_of(layout)}
     spec = [native_column(features, by_name[name], counts) for name in writer_columns(layout).column_names]
-    runs = []
+    shard_of_row = np.empty(sum(len(rows) for _, rows in shards), np.int64)
     for shard, rows in shards:
-        frames = native.mds_frames(spec, rows)
-        if frames is None:
-            return None
-        runs.append((shard, frames, len(rows)))
-    return runs
+        shard_of_row[rows] = shard
+    by_shard = native.mds_shard_frames(spec, shard_of_row, shards[-1][0] + 1)
+    return None if by_shard is None else [(shard, by_shard[shard], len(rows)) for shard, rows in shards]
 
 
 def piece_name(shard_name: str, piece: int) -> str:
