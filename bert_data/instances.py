@@ -33,6 +33,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .format.native import wire
+from .format.row_runs import RowRuns
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
 
@@ -459,6 +460,9 @@ def _assemble_native(ids: np.ndarray, plan: PairPlan, params: InstanceParams) ->
     if not native.assemble_pairs(n, length, np.ascontiguousarray(ids), *bounds, params.cls_id, params.sep_id,
                                  rows["input_ids"], rows["input_mask"], rows["segment_ids"], candidates, real_length):
         return None
+    # the masks as filled, with their runs: the TFRecord serializer writes them from the runs
+    rows["input_mask"] = RowRuns.of(rows["input_mask"], 0, real_length)
+    rows["segment_ids"] = RowRuns.of(rows["segment_ids"], bounds[1] - bounds[0] + 2, real_length)
     return {**rows, "candidates": candidates, "real_length": real_length,
             "next_sentence_labels": np.asarray(plan.is_random_next, dtype=np.int32)[:, None]}
 

@@ -34,6 +34,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .format.native import wire
+from .format.row_runs import RowRuns
 from .instances import InstanceParams, InstancePass, PassRandomness, shard_of_rows
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
@@ -175,6 +176,7 @@ def _assemble_native(
         input_ids, input_mask, candidates, real_length,
     ):
         return None
+    input_mask = RowRuns.of(input_mask, 0, real_length)  # as filled, with its runs: the TFRecord serializer's
     return {"input_ids": input_ids, "input_mask": input_mask, "candidates": candidates, "real_length": real_length}
 
 

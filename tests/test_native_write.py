@@ -186,6 +186,40 @@ def test_each_shards_run_is_the_framed_records_of_its_rows(batch, data):
                     for s in range(num_shards)]
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_rows_given_by_their_runs_are_the_bytes_of_the_rows(data):
+    """Masks handed over as RowRuns (the array and its runs of ones: what the assemblers make) are
+    written from the runs, with the bytes of the same arrays given plainly: empty runs, runs to the
+    row's end, rows of width 0 and 1, next to ordinary and float features."""
+    from bert_data.format.row_runs import RowRuns
+
+    require_wire()
+    n, width = data.draw(st.integers(0, 12)), data.draw(st.integers(0, 40))
+    lo = np.array(data.draw(st.lists(st.integers(0, width), min_size=n, max_size=n)), np.int64)
+    hi = np.array([data.draw(st.integers(int(a), width)) for a in lo], np.int64)
+    j = np.arange(width)[None, :]
+    plain = ((j >= lo[:, None]) & (j < hi[:, None])).astype(np.int32)
+    ids = np.array(data.draw(st.lists(st.integers(0, 2**21), min_size=n * 3, max_size=n * 3)), np.int32).reshape(n, 3)
+    weights = np.ones((n, 2), np.float32)
+    order = (("a_ids", "int64"), ("b_mask", "int64"), ("c_weights", "float32"))
+    shards = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int64)
+    with_runs = {"a_ids": ids, "b_mask": RowRuns.of(plain.copy(), lo, hi), "c_weights": weights}
+    expected = example_wire.serialize_shard_runs({"a_ids": ids, "b_mask": plain, "c_weights": weights}, order, shards, 3)
+    assert example_wire.serialize_shard_runs(with_runs, order, shards, 3) == expected
+    records = serialize_examples({"a_ids": ids, "b_mask": plain, "c_weights": weights}, order)
+    assert expected == [frame_records([records[r] for r in np.flatnonzero(shards == s).tolist()]) for s in range(3)]
+
+
+@pytest.mark.parametrize("run", [[-1, 2, 4], [3, 2, 4], [1, 5, 4], [0, 0, 2**31]])
+def test_wire_refuses_runs_outside_their_row(wire, run):
+    prefixes, _ = example_wire._entry_prefixes((("m", "int64"),))
+    with pytest.raises(ValueError, match="0 <= lo <= hi <= width"):
+        wire.serialize_shard_runs((np.array([run], np.int64),), prefixes, b"r", np.zeros(1, np.int64), 1)
+    with pytest.raises(TypeError, match="runs feature"):
+        wire.serialize_shard_runs((np.array([[0, 1]], np.int64),), prefixes, b"r", np.zeros(1, np.int64), 1)
+
+
 def test_shard_runs_grow_for_records_longer_than_the_first(wire):
     """A shard's bytes are sized from the batch's first record and grown when later ones are
     longer (here 1-byte values first, then 10-byte varints): the same bytes as framing each record."""

@@ -631,13 +631,13 @@ static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
 
 /* One feature of serialize_examples: its row-major values and the constant bytes of its map entry. */
 typedef struct {
-    const char *values; /* row r starts at values + r * count * item */
-    Py_ssize_t count, item;
-    int is_float;
+    const char *values; /* row r starts at values + r * count * item; a runs feature's [lo, hi, width] at values + 24 r */
+    Py_ssize_t count, item; /* a runs feature: its widest row's width, 8 */
+    int is_float, is_runs; /* kind 'f' (float32 values), 'r' (a row of 0/1 values given as its run of ones) */
     const uint8_t *prefix; /* 0a <key length> <key> 12: the entry up to its Feature's length */
     Py_ssize_t prefix_len;
-    /* the current record's lengths: packed values, the list, the Feature, the map entry */
-    uint64_t payload, list, feature, entry;
+    /* the current record's values, its lengths: packed values, the list, the Feature, the map entry */
+    uint64_t values_now, payload, list, feature, entry;
     const uint8_t *at; /* the current record's payload: in the scratch buffer, or the row itself (floats) */
 } WFeature;
 
@@ -760,16 +760,26 @@ static uint64_t stage_record(WFeature *features, int n_features, Py_ssize_t r, u
     uint64_t total = 0;
     for (int f = 0; f < n_features; f++) {
         WFeature *w = &features[f];
-        const char *row = w->values + r * w->count * w->item;
-        if (w->is_float) {
+        w->values_now = (uint64_t)w->count;
+        if (w->is_runs) { /* 0 before lo, 1 on [lo, hi), 0 to the width: one byte each (checked by write_args) */
+            const int64_t *run = (const int64_t *)w->values + 3 * r;
+            w->at = scratch;
+            memset(scratch, 0, (size_t)run[0]);
+            memset(scratch + run[0], 1, (size_t)(run[1] - run[0]));
+            memset(scratch + run[1], 0, (size_t)(run[2] - run[1]));
+            scratch += run[2];
+            w->values_now = w->payload = (uint64_t)run[2];
+        } else if (w->is_float) {
+            const char *row = w->values + r * w->count * w->item;
             w->at = (const uint8_t *)row; /* little-endian float32: see module init */
             w->payload = 4 * (uint64_t)w->count;
         } else {
+            const char *row = w->values + r * w->count * w->item;
             w->at = scratch;
             scratch = put_values(scratch, row, w->count, w->item);
             w->payload = (uint64_t)(scratch - w->at);
         }
-        w->list = w->count ? 1 + varint_len(w->payload) + w->payload : 0; /* an empty list is left out */
+        w->list = w->values_now ? 1 + varint_len(w->payload) + w->payload : 0; /* an empty list is left out */
         w->feature = 1 + varint_len(w->list) + w->list;
         w->entry = (uint64_t)w->prefix_len + varint_len(w->feature) + w->feature;
         total += 1 + varint_len(w->entry) + w->entry;
@@ -781,7 +791,7 @@ static uint64_t stage_record(WFeature *features, int n_features, Py_ssize_t r, u
 static Py_ssize_t scratch_size(const WFeature *features, int n_features) {
     Py_ssize_t size = SCRATCH_SLACK;
     for (int f = 0; f < n_features; f++)
-        if (!features[f].is_float) size += 10 * features[f].count;
+        if (!features[f].is_float) size += (features[f].is_runs ? 1 : 10) * features[f].count;
     return size;
 }
 
@@ -798,7 +808,7 @@ static uint8_t *write_record(uint8_t *p, const WFeature *features, int n_feature
         p = put_varint(p, w->feature);
         *p++ = w->is_float ? 0x12 : 0x1a;
         p = put_varint(p, w->list);
-        if (!w->count) continue;
+        if (!w->values_now) continue;
         *p++ = 0x0a;
         p = put_varint(p, w->payload);
         memcpy(p, w->at, (size_t)w->payload);
@@ -834,6 +844,26 @@ static Py_ssize_t format_item(const Py_buffer *view, int is_float) {
     return 0;
 }
 
+/* A runs feature (kind 'r'): int64 rows [lo, hi, width] with 0 <= lo <= hi <= width < 2**31
+ * (the row: width values, 1 on [lo, hi), 0 elsewhere); its count becomes the widest row's width. */
+static int runs_args(WFeature *w, Py_ssize_t n, Py_ssize_t f) {
+    const int64_t *run = (const int64_t *)w->values;
+    int64_t widest = 0;
+    if (w->item != 8 || w->count != 3) {
+        PyErr_Format(PyExc_TypeError, "serialize_examples: runs feature %zd needs int64 rows [lo, hi, width]", f);
+        return 0;
+    }
+    for (Py_ssize_t r = 0; r < n; r++, run += 3) {
+        if (run[0] < 0 || run[1] < run[0] || run[2] < run[1] || run[2] > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "serialize_examples: runs feature %zd, row %zd: needs 0 <= lo <= hi <= width", f, r);
+            return 0;
+        }
+        if (run[2] > widest) widest = run[2];
+    }
+    w->count = (Py_ssize_t)widest;
+    return 1;
+}
+
 /* Parses serialize_examples' arguments into `features` (views released by the caller); the row count into *n. */
 static int write_args(PyObject *arrays, PyObject *prefixes, PyObject *kinds, WFeature *features, Py_buffer *views,
                       int *n_views, Py_ssize_t *n) {
@@ -850,13 +880,14 @@ static int write_args(PyObject *arrays, PyObject *prefixes, PyObject *kinds, WFe
         WFeature *w = &features[f];
         PyObject *prefix = PyTuple_GET_ITEM(prefixes, f);
         char kind = PyBytes_AS_STRING(kinds)[f];
-        if (!PyBytes_Check(prefix) || (kind != 'i' && kind != 'f')) {
-            PyErr_SetString(PyExc_TypeError, "serialize_examples: prefixes are bytes, kinds 'i' or 'f'");
+        if (!PyBytes_Check(prefix) || (kind != 'i' && kind != 'f' && kind != 'r')) {
+            PyErr_SetString(PyExc_TypeError, "serialize_examples: prefixes are bytes, kinds 'i', 'f' or 'r'");
             return 0;
         }
         w->prefix = (const uint8_t *)PyBytes_AS_STRING(prefix);
         w->prefix_len = PyBytes_GET_SIZE(prefix);
         w->is_float = kind == 'f';
+        w->is_runs = kind == 'r';
         Py_buffer *view = &views[*n_views];
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, f), view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
         (*n_views)++;
@@ -873,6 +904,7 @@ static int write_args(PyObject *arrays, PyObject *prefixes, PyObject *kinds, WFe
         }
         w->count = view->shape[1];
         w->values = (const char *)view->buf;
+        if (w->is_runs && !runs_args(w, *n, f)) return 0;
     }
     return 1;
 }
@@ -989,7 +1021,7 @@ static uint64_t frame_bound(const WFeature *features, int n_features) {
     uint64_t total = 0;
     for (int f = 0; f < n_features; f++) {
         const WFeature *w = &features[f];
-        const uint64_t payload = (uint64_t)w->count * (w->is_float ? 4 : 10);
+        const uint64_t payload = (uint64_t)w->count * (w->is_float ? 4 : w->is_runs ? 1 : 10);
         const uint64_t list = w->count ? 1 + varint_len(payload) + payload : 0;
         const uint64_t feature = 1 + varint_len(list) + list;
         const uint64_t entry = (uint64_t)w->prefix_len + varint_len(feature) + feature;
@@ -3290,7 +3322,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 13) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 14) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -49,6 +49,7 @@ import numpy as np
 from bert_data.errors import RecordFormatError
 
 from .native import wire
+from .row_runs import runs_of
 
 __all__ = [
     "serialize_examples",
@@ -320,8 +321,12 @@ def serialize_shard_runs(features: Mapping[str, np.ndarray], order: Sequence[Tup
         raise ValueError(f"shard_of_row: {shard_of_row.shape} for a batch of {n} rows")
     if n == 0:
         return [b""] * num_shards
-    values = tuple(_native_values(name, dtype, arrays[name], n) for name, dtype in order)
-    return native.serialize_shard_runs(values, *_entry_prefixes(tuple(map(tuple, order))), shard_of_row, num_shards)
+    prefixes, kinds = _entry_prefixes(tuple(map(tuple, order)))
+    runs = [runs_of(features[name]) if dtype == "int64" else None for name, dtype in order]  # RowRuns: row_runs.py
+    values = tuple(_native_values(name, dtype, arrays[name], n) if run is None else run
+                   for (name, dtype), run in zip(order, runs))
+    kinds = bytes(kind if run is None else ord("r") for kind, run in zip(kinds, runs))
+    return native.serialize_shard_runs(values, prefixes, kinds, shard_of_row, num_shards)
 
 
 def serialize_examples(features: Mapping[str, np.ndarray], order: Sequence[Tuple[str, str]]) -> List[bytes]:
