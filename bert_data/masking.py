@@ -108,7 +108,7 @@ def _mask_native(arrays, wanted, width, params, rng, owns_input_ids=False) -> Op
     """:func:`mask_batch` by ``_wire.choose_rows`` (which lowers the ``wanted`` counts to the
     rows' counts of candidates) and ``_wire.replace_rows``, on the very draws of the numpy path,
     in its order: the keys (``rng.random((n, L))``, drawn in C, never stored), the coin, the
-    random ids. None, with ``rng``'s state as it was, without the accelerator, for arrays or a
+    random ids (from a PCG64 drawn in C too, row by row: ``_wire.replace_rows_pcg64``). None, with ``rng``'s state as it was, without the accelerator, for arrays or a
     generator it does not take (no BitGenerator capsule), or when a row's k-th key ties with the
     next (numpy's choice among equal keys is its own; about once in 2**45 rows)."""
     native = wire()
@@ -122,15 +122,23 @@ def _mask_native(arrays, wanted, width, params, rng, owns_input_ids=False) -> Op
     p = params.max_predictions_per_seq
     k = np.array(wanted, dtype=np.int64)  # lowered in place to each row's count of candidates
     positions = np.empty((n, p), np.int32)
-    if not _choose_native(native, (n, length, width, p, np.ascontiguousarray(candidates), k), bit_generator, positions):
+    chosen = _choose_native(native, (n, length, width, p, np.ascontiguousarray(candidates), k), bit_generator, positions)
+    if chosen is False:
         return None
-    coin = rng.random((n, width))
-    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
     if owns_input_ids and input_ids.flags.c_contiguous and input_ids.flags.writeable:
         masked_ids = input_ids
     else:
         masked_ids = np.array(input_ids, order="C")  # a copy: the caller's ids are left alone
     original, weights = np.empty((n, p), np.int32), np.empty((n, p), np.float32)
+    if chosen is not True and 1 <= params.vocab_size <= 2**31:  # a PCG64's words: the coin and ids drawn in C too
+        native.replace_rows_pcg64(n, length, width, p, params.mask_id, params.vocab_size, masked_ids, k, chosen,
+                                  positions, original, weights)
+        _set_pcg64(bit_generator, chosen)
+        return _features(arrays, masked_ids, positions, original, weights, p)
+    if chosen is not True:
+        _set_pcg64(bit_generator, chosen)
+    coin = rng.random((n, width))
+    random_ids = rng.integers(0, params.vocab_size, size=(n, width))
     native.replace_rows(n, length, width, p, params.mask_id, masked_ids, k, coin, random_ids, positions, original,
                         weights)
     return _features(arrays, masked_ids, positions, original, weights, p)
@@ -139,25 +147,33 @@ def _mask_native(arrays, wanted, width, params, rng, owns_input_ids=False) -> Op
 _WORD = (1 << 64) - 1
 
 
-def _choose_native(native, sizes, bit_generator, positions) -> bool:
+def _choose_native(native, sizes, bit_generator, positions):
     """``_wire.choose_rows`` on keys drawn from ``bit_generator`` as ``Generator.random`` draws
-    them: a PCG64 (every pass's, see :mod:`bert_data.group`) by its state, stepped inline in C and
-    set back (the lock is not held from the read to the write: ``state`` takes it, and older
-    numpy's is a plain Lock; a pass's generator is drawn from by one thread); any other through its
-    capsule's ``next_double``, under its lock. False on a tie, the generator's state then as it was."""
+    them: a PCG64 (every pass's, see :mod:`bert_data.group`) by its state, stepped inline in C; any
+    other through its capsule's ``next_double``, under its lock. False on a tie, the generator's
+    state then as it was. A PCG64's state after the keys is returned, not yet set back: uint64
+    ``[state >> 64, state low, inc >> 64, inc low, has_uint32, uinteger]`` (``_wire.replace_rows_pcg64``
+    draws the coin and ids on from it; :func:`_set_pcg64` sets it: the lock is not held from the read
+    to the write, ``state`` takes it, and older numpy's is a plain Lock; a pass's generator is drawn
+    from by one thread). True for any other, its state set by its own draws."""
     before = bit_generator.state
     if native.PCG64 and type(bit_generator) is np.random.PCG64:
         state, inc = before["state"]["state"], before["state"]["inc"]
-        words = np.array([state >> 64, state & _WORD, inc >> 64, inc & _WORD], np.uint64)
-        if not native.choose_rows(*sizes, words, positions):
-            return False
-        bit_generator.state = {**before, "state": {"state": int(words[0]) << 64 | int(words[1]), "inc": inc}}
-        return True
+        words = np.array([state >> 64, state & _WORD, inc >> 64, inc & _WORD, before["has_uint32"], before["uinteger"]],
+                         np.uint64)
+        return words if native.choose_rows(*sizes, words[:4], positions) else False
     with bit_generator.lock:  # as Generator.random holds it while it draws
         chosen = native.choose_rows(*sizes, bit_generator.capsule, positions)
     if not chosen:
         bit_generator.state = before  # numpy draws the same keys again and makes its own choice
     return chosen
+
+
+def _set_pcg64(bit_generator, words: np.ndarray) -> None:
+    """A PCG64's state set to ``words`` (:func:`_choose_native`'s layout)."""
+    bit_generator.state = {"bit_generator": "PCG64", "state": {"state": int(words[0]) << 64 | int(words[1]),
+                                                                "inc": int(words[2]) << 64 | int(words[3])},
+                           "has_uint32": int(words[4]), "uinteger": int(words[5])}
 
 
 def _features(arrays, input_ids, positions, original, weights, p) -> Dict[str, np.ndarray]:

@@ -82,7 +82,7 @@ def spy_on_choose(monkeypatch, tie=False):
         return False if tie else answers[-1]
 
     monkeypatch.setattr(native, "_wire", SimpleNamespace(choose_rows=choose_rows, replace_rows=real.replace_rows,
-                                                         PCG64=real.PCG64))
+                                                         replace_rows_pcg64=real.replace_rows_pcg64, PCG64=real.PCG64))
     return answers
 
 
@@ -104,6 +104,31 @@ def test_mask_batch_c_and_numpy_give_the_same_arrays_and_state(batch, seed, bit_
         answers = spy_on_choose(patch)
         with_c = run()
     assert answers == [True, True], "the C path is the one taken"
+    same_two_batches(with_c, both(run)[1], arrays, given_ids)
+
+
+@pytest.mark.parametrize("vocab_size", [1, 2, 30522, 1431655766, 2**31])
+@pytest.mark.parametrize("burnt", [0, 1])
+def test_random_ids_drawn_in_c_are_numpys_rejections_included(vocab_size, burnt):
+    """A PCG64's coin and random ids drawn in C (replace_rows_pcg64) are Generator.integers' own:
+    Lemire's draws with their rejections (a third of the draws are rejected for 1,431,655,766 ids),
+    a 32-bit half kept from before the batch or not, no draw at all for one id."""
+    n, length, p = 400, 12, 4
+    arrays = {"input_ids": np.arange(n * length, dtype=np.int32).reshape(n, length) % 997,
+              "candidates": np.ones((n, length), np.bool_), "real_length": np.full(n, length, np.int64)}
+    params = MaskingParams(0.3, p, False, vocab_size, 3)
+    given_ids = arrays["input_ids"].copy()
+
+    def run():
+        rng = np.random.Generator(np.random.PCG64(5))
+        rng.integers(0, 7, burnt)
+        return mask_batch(arrays, params, rng), mask_batch(arrays, params, rng), rng.bit_generator.state
+
+    with pytest.MonkeyPatch.context() as patch:
+        require_wire()
+        answers = spy_on_choose(patch)
+        with_c = run()
+    assert answers == [True, True]
     same_two_batches(with_c, both(run)[1], arrays, given_ids)
 
 

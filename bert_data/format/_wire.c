@@ -824,7 +824,7 @@ static int typed_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
     const char *fmt = view->format ? view->format : "B";
     if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
-    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0];
+    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0] == 'L' && view->itemsize == 8 ? 'Q' : fmt[0];
     if (got != code || fmt[1] != 0 || view->itemsize != item || view->len != count * item) {
         PyErr_Format(PyExc_TypeError, "%s: needs %zd C-contiguous items of format '%c'", what, count, code);
         PyBuffer_Release(view);
@@ -1360,12 +1360,14 @@ static double kth_smallest(double *a, Py_ssize_t n, Py_ssize_t k) {
 typedef unsigned __int128 U128;
 #define PCG64_MULT (((U128)2549297995355413924ULL << 64) | 4865540595714422341ULL)
 
-/* The double of a stepped state (XSL-RR, top 53 bits) */
-static inline double pcg64_out(U128 state) {
+/* The output of a stepped state (XSL-RR), and its double (the top 53 bits) */
+static inline uint64_t pcg64_out64(U128 state) {
     const uint64_t x = (uint64_t)(state >> 64) ^ (uint64_t)state;
     const unsigned rot = (unsigned)(state >> 122);
-    return (double)(((x >> rot) | (x << ((64 - rot) & 63))) >> 11) * (1.0 / 9007199254740992.0);
+    return (x >> rot) | (x << ((64 - rot) & 63));
 }
+
+static inline double pcg64_out(U128 state) { return (double)(pcg64_out64(state) >> 11) * (1.0 / 9007199254740992.0); }
 
 static inline double pcg64_double(U128 *state, U128 inc) {
     *state = *state * PCG64_MULT + inc;
@@ -1611,7 +1613,7 @@ static PyObject *choose_rows(PyObject *self, PyObject *args) {
         const char *fmt = v[3].format ? v[3].format : "B";
         const int words = HAVE_PCG64 && (fmt[0] == 'Q' || fmt[0] == 'L') && v[3].itemsize == 8;
         PyBuffer_Release(&v[3]);
-        if (!typed_buffer(source, &v[3], words, words ? 4 : n * L, 8, words ? fmt[0] : 'd', "choose_rows")) goto done;
+        if (!typed_buffer(source, &v[3], words, words ? 4 : n * L, 8, words ? 'Q' : 'd', "choose_rows")) goto done;
         nv++;
         if (words) pcg = v[3].buf;
     }
@@ -1729,6 +1731,119 @@ static PyObject *replace_rows(PyObject *self, PyObject *args) {
 done:
     release_all(v, nv);
     return result;
+}
+
+#if HAVE_PCG64
+/* A PCG64's 32-bit draws as numpy's next_uint32 makes them: each 64-bit output gives its low half,
+ * and its high half is kept for the next (the state's has_uint32 and uinteger). */
+typedef struct { U128 state, inc; int has; uint32_t kept; } PCG64Halves;
+
+static inline uint32_t pcg64_next32(PCG64Halves *g) {
+    if (g->has) {
+        g->has = 0;
+        return g->kept;
+    }
+    g->state = g->state * PCG64_MULT + g->inc;
+    const uint64_t next = pcg64_out64(g->state);
+    g->has = 1;
+    g->kept = (uint32_t)(next >> 32);
+    return (uint32_t)next;
+}
+
+/* numpy's buffered_bounded_lemire_uint32 (Generator.integers(0, rng + 1) of a range below 2**32 - 1,
+ * rng > 0): Lemire's multiply, a draw rejected while its low half is below the threshold. */
+static inline uint32_t pcg64_lemire(PCG64Halves *g, uint32_t rng) {
+    const uint32_t rng_excl = rng + 1;
+    uint64_t m = (uint64_t)pcg64_next32(g) * rng_excl;
+    uint32_t leftover = (uint32_t)m;
+    if (leftover < rng_excl) {
+        const uint32_t threshold = (UINT32_MAX - rng) % rng_excl;
+        while (leftover < threshold) {
+            m = (uint64_t)pcg64_next32(g) * rng_excl;
+            leftover = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+#endif
+
+/* replace_rows_pcg64(n, L, width, p, mask_id, vocab_size, input_ids, k, words, positions, original, weights):
+ * replace_rows on the coin and random ids it draws itself, as mask_batch draws them after the
+ * keys: rng.random((n, width)) then rng.integers(0, vocab_size, (n, width)), from the PCG64 whose
+ * state is `words` (uint64 [state >> 64, state mod 2**64, inc >> 64, inc mod 2**64, has_uint32,
+ * uinteger]: the state after choose_rows' keys), written back as those draws leave it. Row r's
+ * coins are draws r width.. of the first stream and its ids come from the second, which starts
+ * n width steps on: both run row by row, and no (n, width) array is made. 1 <= vocab_size <= 2**31.
+ * False (nothing drawn or changed) where the module has no PCG64. */
+static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
+    Py_ssize_t n, L, width, p;
+    long long mask_id, vocab_size;
+    PyObject *objs[6];
+    if (!PyArg_ParseTuple(args, "nnnnLLOOOOOO", &n, &L, &width, &p, &mask_id, &vocab_size, &objs[0], &objs[1],
+                          &objs[2], &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    if (n < 0 || L < 1 || width < 0 || p < width || width > L || vocab_size < 1 || vocab_size > 0x80000000LL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "replace_rows_pcg64: sizes must satisfy 0 <= width <= p, width <= L, 1 <= vocab_size <= 2**31");
+        return NULL;
+    }
+#if HAVE_PCG64
+    const Py_ssize_t counts[6] = {n * L, n, 6, n * p, n * p, n * p};
+    const Py_ssize_t items[6] = {4, 8, 8, 4, 4, 4};
+    const char codes[6] = {'i', 'q', 'Q', 'i', 'i', 'f'};
+    const int writable[6] = {1, 0, 1, 0, 1, 1};
+    Py_buffer v[6];
+    int nv = 0;
+    PyObject *result = NULL;
+    for (int a = 0; a < 6; a++) {
+        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "replace_rows_pcg64")) goto done;
+        nv++;
+    }
+    int32_t *ids = v[0].buf, *original = v[4].buf;
+    const int64_t *k = v[1].buf;
+    uint64_t *words = v[2].buf;
+    const int32_t *positions = v[3].buf;
+    float *weights = v[5].buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int bad = k[r] < 0 || k[r] > width;
+        for (Py_ssize_t s = 0; s < k[r] && !bad; s++) bad = positions[r * p + s] < 0 || positions[r * p + s] >= L;
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "replace_rows_pcg64: every k must be in [0, width], its positions in [0, L)");
+            goto done;
+        }
+    }
+    const U128 inc = (U128)words[2] << 64 | words[3];
+    U128 coins = (U128)words[0] << 64 | words[1];
+    PCG64Halves draws = {pcg64_advance(coins, inc, (uint64_t)(n * width)), inc, words[4] != 0, (uint32_t)words[5]};
+    const uint32_t rng = (uint32_t)(vocab_size - 1);
+    memset(original, 0, (size_t)(n * p) * 4);
+    memset(weights, 0, (size_t)(n * p) * 4);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int32_t *row = ids + r * L;
+        for (Py_ssize_t s = 0; s < width; s++) {
+            const double c = pcg64_double(&coins, inc);
+            const int32_t random_id = rng ? (int32_t)pcg64_lemire(&draws, rng) : 0;
+            if (s >= k[r]) continue;
+            const Py_ssize_t at = r * p + s;
+            const int32_t was = row[positions[at]];
+            original[at] = was;
+            weights[at] = 1.0f;
+            row[positions[at]] = c < 0.8 ? (int32_t)mask_id : (c < 0.9 ? was : random_id);
+        }
+    }
+    words[0] = (uint64_t)(draws.state >> 64);
+    words[1] = (uint64_t)draws.state;
+    words[4] = (uint64_t)draws.has;
+    words[5] = draws.kept;
+    Py_INCREF(Py_True);
+    result = Py_True;
+done:
+    release_all(v, nv);
+    return result;
+#else
+    (void)objs;
+    Py_RETURN_FALSE;
+#endif
 }
 
 /* ---------------------------------------------------------------- whole-word masking (--mask_whole_word) */
@@ -1899,7 +2014,7 @@ static int any_vector(PyObject *obj, Py_buffer *view, int writable, char code1, 
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
     const char *fmt = view->format ? view->format : "B";
     if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
-    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0];
+    char got = fmt[0] == 'l' && view->itemsize == 8 ? 'q' : fmt[0] == 'L' && view->itemsize == 8 ? 'Q' : fmt[0];
     if (fmt[1] == 0 && ((got == code1 && view->itemsize == item1) || (code2 && got == code2 && view->itemsize == item2))) {
         *count = view->len / view->itemsize;
         return 1;
@@ -3267,6 +3382,8 @@ static PyMethodDef methods[] = {
      "(data, starts, lengths, keys, kinds, counts, outs, ok_out, small) -> wide"},
     {"clean_rows", clean_rows, METH_VARARGS, "(arrays, params, kinds, real_out, pred_out) -> None or sums"},
     {"serialize_examples", serialize_examples, METH_VARARGS, "(arrays, prefixes, kinds) -> list of tf.train.Example bytes"},
+    {"replace_rows_pcg64", replace_rows_pcg64, METH_VARARGS,
+     "(n, L, width, p, mask_id, vocab_size, input_ids, k, words, positions, original, weights) -> bool"},
     {"serialize_shard_runs", serialize_shard_runs, METH_VARARGS,
      "(arrays, prefixes, kinds, shard_of_row, num_shards) -> list: each shard's framed records, in row order"},
     {"serialize_frames", serialize_frames, METH_VARARGS,
@@ -3322,7 +3439,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 14) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 15) < 0) {
         Py_DECREF(m);
         return NULL;
     }
