@@ -1816,12 +1816,16 @@ static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
     U128 coins = (U128)words[0] << 64 | words[1];
     PCG64Halves draws = {pcg64_advance(coins, inc, (uint64_t)(n * width)), inc, words[4] != 0, (uint32_t)words[5]};
     const uint32_t rng = (uint32_t)(vocab_size - 1);
+    const PCG64Jump4 jump = pcg64_jump4(inc);
+    double *coin = PyMem_Malloc((size_t)(width ? width : 1) * sizeof(double));
+    if (!coin) { PyErr_NoMemory(); goto done; }
     memset(original, 0, (size_t)(n * p) * 4);
     memset(weights, 0, (size_t)(n * p) * 4);
     for (Py_ssize_t r = 0; r < n; r++) {
         int32_t *row = ids + r * L;
+        pcg64_fill(&coins, inc, jump, coin, width); /* the row's coins, four lanes at once */
         for (Py_ssize_t s = 0; s < width; s++) {
-            const double c = pcg64_double(&coins, inc);
+            const double c = coin[s];
             const int32_t random_id = rng ? (int32_t)pcg64_lemire(&draws, rng) : 0;
             if (s >= k[r]) continue;
             const Py_ssize_t at = r * p + s;
@@ -1835,6 +1839,7 @@ static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
     words[1] = (uint64_t)draws.state;
     words[4] = (uint64_t)draws.has;
     words[5] = draws.kept;
+    PyMem_Free(coin);
     Py_INCREF(Py_True);
     result = Py_True;
 done:
