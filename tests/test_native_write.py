@@ -140,33 +140,6 @@ def test_simd_varint_blocks_are_the_one_by_one_bytes(k, n_more, data):
     assert [parse_example(record)["input_ids"].tolist() for record in simd] == ids.tolist()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(batches(), st.data())
-def test_framed_records_are_the_framed_records_of_serialize_examples(batch, data):
-    """serialize_frames (one C pass: records in their TFRecord frames, any rows in any order, a
-    row twice or not at all) gives the bytes of frame_records over serialize_examples' records of
-    those rows, and each frame's end; the encoder gives them with and without the accelerator."""
-    from bert_data.format.encoders import ExampleEncoder
-
-    features, order = batch
-    n = len(next(iter(features.values())))
-    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=8) if n else st.just([])), np.int64)
-    records = serialize_examples(features, order)
-    expected = frame_records([records[r] for r in rows.tolist()])
-    framed = example_wire.serialize_frames(features, order, rows)
-    if framed is None:  # more features than the C loop takes
-        assert len(order) > example_wire.NATIVE_MAX_FEATURES
-        return
-    data_, ends = framed
-    assert data_ == expected
-    assert ends.tolist() == np.cumsum([16 + len(records[r]) for r in rows.tolist()], dtype=np.int64).tolist()
-    encoder = ExampleEncoder.__new__(ExampleEncoder)
-    encoder.order = tuple(order)
-    with_c, with_numpy = both(lambda: encoder.encode_frames(features, rows))
-    assert with_c[0] == with_numpy[0] == expected
-    assert with_c[1].tolist() == with_numpy[1].tolist() == ends.tolist()
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(batches(), st.data())
 def test_each_shards_run_is_the_framed_records_of_its_rows(batch, data):
@@ -254,7 +227,7 @@ def test_wire_serialize_shard_runs_refuses_bad_shards(wire, shards, num_shards, 
 def test_a_batch_becomes_each_shards_run_of_its_rows_in_order(compression, encoder_kind):
     """The container's runs of a batch: one per shard present, in shard order, each the frames (a
     gzip member with --compression gzip) of that shard's rows in batch order, whether the encoder
-    frames its own records or gives payloads (an encoder without encode_frames)."""
+    frames its own records or gives payloads (an encoder without encode_shard_runs)."""
     from bert_data.format.containers import TFRecordContainer
     from bert_data.format.encoders import ExampleEncoder
 
@@ -284,40 +257,6 @@ def test_a_batch_becomes_each_shards_run_of_its_rows_in_order(compression, encod
     assert with_c == expected
     assert 3 not in [shard for shard, _, _ in with_c]
     assert container.frame_runs(encoder, {k: v[:0] for k, v in features.items()}, shard_of_row[:0]) == []
-
-
-@pytest.mark.parametrize(
-    "rows, ends, error",
-    [
-        (np.array([0, 2], np.int64), np.empty(2, np.int64), IndexError),  # a row past the batch
-        (np.array([-1], np.int64), np.empty(1, np.int64), IndexError),
-        (np.array([0], np.int32), np.empty(1, np.int64), TypeError),
-        (np.array([0, 1], np.int64), np.empty(1, np.int64), TypeError),  # ends: one per row
-        (np.array([0], np.int64), np.empty(1, np.int64)[::1].view(np.float64), TypeError),
-        (np.array([0], np.int64), b"12345678", (TypeError, BufferError)),  # ends not writable
-        ([0], np.empty(1, np.int64), TypeError),
-    ],
-)
-def test_wire_serialize_frames_refuses_bad_rows(wire, rows, ends, error):
-    prefixes, kinds = example_wire._entry_prefixes((("v", "int64"),))
-    with pytest.raises(error):
-        wire.serialize_frames((np.ones((2, 3), np.int32),), prefixes, kinds, rows, ends)
-
-
-def test_rows_outside_the_batch_are_refused_on_both_paths():
-    from bert_data.format.encoders import ExampleEncoder
-
-    encoder = ExampleEncoder.__new__(ExampleEncoder)
-    encoder.order = (("a", "int64"),)
-    features = {"a": np.arange(6, dtype=np.int32).reshape(3, 2)}
-
-    def refused(rows):
-        with pytest.raises(IndexError):
-            encoder.encode_frames(features, np.array(rows, np.int64))
-        return True
-
-    for rows in ([-1], [3], [0, 1, 7]):
-        assert both(lambda: refused(rows)) == (True, True)
 
 
 @pytest.mark.parametrize("shards", [[0, 2, 1], [0, -1, 1], [0.0, 1.5, 1.0]])

@@ -121,29 +121,18 @@ class TFRecordContainer:
                    shard_of_row: np.ndarray) -> List[Tuple[int, object, int]]:
         """A batch's records (rows in output order, row i for shard ``shard_of_row[i]``) as one run
         per shard present, in shard order: ``(shard, bytes-like, records)``, each run what
-        :meth:`frame` makes of the shard's payloads. An encoder that frames its own records is
-        asked to: each shard's run at once (``encode_shard_runs``: the rows read in batch order),
-        else in shard order (``encode_frames``: one pass over the batch, no object per record)."""
+        :meth:`frame` makes of the shard's payloads. An encoder that frames its own records
+        (``encode_shard_runs``: one C pass over the batch, no object per record) is asked to."""
         shard_of_row = np.asarray(shard_of_row, dtype=np.int64)
         counts = np.bincount(shard_of_row) if len(shard_of_row) else np.zeros(0, dtype=np.int64)
         shards = np.flatnonzero(counts).tolist()
-        encode_shard_runs = getattr(encoder, "encode_shard_runs", None)  # rows read in batch order (the fastest)
+        encode_shard_runs = getattr(encoder, "encode_shard_runs", None)
         shard_runs = encode_shard_runs(features, shard_of_row, len(counts)) if encode_shard_runs and shards else None
         if shard_runs is not None:
             return [(shard, self._member(shard_runs[shard]), int(counts[shard])) for shard in shards]
-        encode_frames = getattr(encoder, "encode_frames", None)
-        if encode_frames is None:
-            payloads = encoder.encode(features)
-            return [(shard, self.frame([payloads[row] for row in np.flatnonzero(shard_of_row == shard).tolist()]),
-                     int(counts[shard])) for shard in shards]
-        data, ends = encode_frames(features, np.argsort(shard_of_row, kind="stable"))
-        view, runs, start, done = memoryview(data), [], 0, 0
-        for shard in shards:
-            done += int(counts[shard])
-            end = int(ends[done - 1])
-            runs.append((shard, self._member(view[start:end]), int(counts[shard])))
-            start = end
-        return runs
+        payloads = encoder.encode(features)
+        return [(shard, self.frame([payloads[row] for row in np.flatnonzero(shard_of_row == shard).tolist()]),
+                 int(counts[shard])) for shard in shards]
 
 
 class ShardWriter(Protocol):
