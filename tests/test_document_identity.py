@@ -232,3 +232,42 @@ def test_nul_bytes_in_paths_from_a_preset_are_one_line(tmp_path, capsys, key, va
     preset.write_text("".join(f"{k}: {v}\n" for k, v in given.items()))
     assert create(["--config", str(preset), "--output_dir", str(tmp_path / "out"), "--do_lower_case"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"create_tfrecords: error: {message.format(preset=preset)}"]
+
+
+# --- package versions: what a run records of its segmenter and tokenizers ---------------------
+
+
+def test_every_installed_package_has_importlib_metadatas_version() -> None:
+    """The dist-info read (no importlib.metadata import) gives importlib.metadata's answer for
+    every installed distribution, or steps aside (None) for it to answer."""
+    from importlib import metadata
+
+    from bert_data.identity import _dist_info_version, package_version
+
+    names = sorted({dist.metadata["Name"] for dist in metadata.distributions()})
+    assert len(names) > 20
+    for name in names + ["nonexistent-package-xyz"]:
+        try:
+            expected = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            expected = "not installed"
+        assert _dist_info_version(name) in (None, expected), name
+        assert package_version(name) == expected, name
+
+
+@pytest.mark.parametrize("layout, expected", [
+    ({"Foo_Bar-1.2.dist-info/METADATA": "Metadata-Version: 2.1\nName: foo-bar\nVersion: 1.2\n\nbody"}, "1.2"),
+    ({"foo_bar.egg-info/PKG-INFO": "Version: 9\n", "z/foo_bar-1.2.dist-info/METADATA": "Version: 1.2\n"}, None),
+    ({"foo_bar-1.2.dist-info/METADATA": "Version: 1.2\n", "foo_bar-1.3.dist-info/METADATA": "Version: 1.3\n"}, None),
+    ({"foo_bar-1.2.dist-info/METADATA": "Name: foo-bar\n\nVersion: 1.2\n"}, None),  # not among the headers
+    ({"foo_bar-1.2.dist-info/RECORD": ""}, None),
+    ({}, None),
+])
+def test_a_dist_info_that_is_not_plainly_the_one_is_left_to_importlib(tmp_path, monkeypatch, layout, expected) -> None:
+    from bert_data.identity import _dist_info_version
+
+    for path, text in layout.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    monkeypatch.setattr("sys.path", [str(tmp_path / "missing"), str(tmp_path), str(tmp_path / "z")])
+    assert _dist_info_version("foo-bar") == expected
