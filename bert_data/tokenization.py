@@ -135,6 +135,9 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     if not data.strip():
         raise VocabError(f"vocab file {path!r} is empty")
 
+    last = _last_vocab
+    if last is not None and last[0] == data:  # these very bytes were read (a run reads its vocabulary twice)
+        return dict(last[1])
     vocab = _parse_vocab_fast(data)
     if vocab is None:  # something to refuse (or a CRLF file): the line by line reading names the line
         vocab = _parse_vocab_lines(path, data)
@@ -145,7 +148,16 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
             f"vocab file {path!r} ({len(vocab)} lines) lacks the special token(s) "
             + ", ".join(missing)
         )
+    _remember_vocab(data, vocab)
     return vocab
+
+
+_last_vocab: tuple[bytes, dict[str, int]] | None = None  # the last vocabulary load_vocab accepted, and its bytes
+
+
+def _remember_vocab(data: bytes, vocab: dict[str, int]) -> None:
+    global _last_vocab
+    _last_vocab = (data, dict(vocab))  # (a copy: the caller may change its own)
 
 
 def _parse_vocab_fast(data: bytes) -> dict[str, int] | None:

@@ -643,3 +643,18 @@ def test_encode_ids_in_chunks_equals_one_call(tmp_path, monkeypatch):
     assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == [
         tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts
     ]
+
+
+def test_a_vocabulary_read_again_is_the_same_and_a_fresh_dict(tmp_path):
+    """load_vocab keeps the last vocabulary it accepted with its bytes (a run reads its vocabulary
+    twice): the same bytes give an equal, separate dict; other bytes at the same path are read."""
+    from bert_data.tokenization import load_vocab
+
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
+    first = load_vocab(str(path))
+    first["changed-by-the-caller"] = 99
+    again = load_vocab(str(path))
+    assert again == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "hello": 5} and again is not first
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nworld\n")
+    assert "world" in load_vocab(str(path)) and "hello" not in load_vocab(str(path))
