@@ -327,6 +327,22 @@ def test_choose_rows_on_pcg64_words_redraws_a_row_with_few_small_keys(wire):
     assert on_keys[15553].tolist() == sorted(np.argsort(keys[15553])[:5].tolist())
 
 
+@pytest.mark.parametrize("sizes", [(4, 2**62, 2**62, 2**62), (2**40, 2**30, 8, 8), (1, 2**31, 4, 4), (1, 8, 4, 2**31)])
+def test_sizes_whose_arrays_cannot_exist_are_refused_not_written(wire, sizes):
+    """Sizes whose byte counts wrap to small products (they would pass the buffer checks) or whose
+    positions do not fit int32: a ValueError from each masking function, before any array is touched."""
+    n, length, width, p = sizes
+    empty32, empty64, words = np.zeros(0, np.int32), np.zeros(4, np.int64), np.zeros(6, np.uint64)
+    with pytest.raises(ValueError, match="sizes must satisfy"):
+        wire.choose_rows(n, length, width, p, np.zeros(0, np.bool_), empty64, np.zeros(0), empty32)
+    with pytest.raises(ValueError, match="sizes must satisfy"):
+        wire.replace_rows(n, length, width, p, 103, empty32, empty64, np.zeros(0), empty64, empty32, empty32,
+                          np.zeros(0, np.float32))
+    with pytest.raises(ValueError, match="sizes must satisfy"):
+        wire.replace_rows_pcg64(n, length, width, p, 103, 30522, empty32, empty64, words, empty32, empty32,
+                                np.zeros(0, np.float32))
+
+
 def test_replace_rows_is_80_10_10(wire):
     ids = np.array([[101, 5, 6, 7, 102], [101, 8, 9, 102, 0]], np.int32)
     k = np.array([3, 1], np.int64)

@@ -39,10 +39,15 @@ def test_nothing_derived_from_it_has_runs(derive):
     assert np.asarray(derived).tolist() == np.asarray(derive(np.asarray(made()))).tolist()
 
 
-def test_one_made_writable_again_has_no_runs():
-    mask = made()
-    mask.flags.writeable = True
-    assert runs_of(mask) is None
+def test_neither_it_nor_the_array_it_was_made_of_can_be_written_again():
+    rows = np.zeros((2, 3), np.int32)
+    rows[0, :2] = 1
+    mask = RowRuns.of(rows, np.array([0, 0]), np.array([2, 0]))
+    with pytest.raises(ValueError):
+        mask.flags.writeable = True
+    with pytest.raises(ValueError, match="read-only"):
+        rows[1, 1] = 1
+    assert runs_of(mask).tolist() == [[0, 2, 3], [0, 0, 3]]
 
 
 def test_plain_arrays_have_no_runs():

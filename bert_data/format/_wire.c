@@ -1504,6 +1504,15 @@ static int choose_row_pcg64(U128 *state, U128 inc, PCG64Jump4 jump, const uint8_
 }
 #endif
 
+/* Masking's sizes as its loops index them: positions are int32 (L, p < 2**31), and the (n, L) and
+ * (n, p) arrays of 8-byte items have byte counts that do not overflow (sizes that wrap to small
+ * products would pass the buffer checks and be written far past them). n >= 0, L >= 1, p >= 0. */
+static int masking_sizes_fit(Py_ssize_t n, Py_ssize_t L, Py_ssize_t p) {
+    if (L > INT32_MAX || p > INT32_MAX) return 0;
+    const Py_ssize_t widest = L > p ? L : p;
+    return n == 0 || n <= PY_SSIZE_T_MAX / 8 / widest;
+}
+
 /* choose_rows(n, L, width, p, candidates, k, source, positions) -> bool: the choice of
  * bert_data.masking.mask_batch: per row the k[r] candidates (bool (n, L)) of smallest key,
  * positions ascending into int32 (n, p) `positions`, 0 past k[r]. `k` (int64 (n), each in [0, p])
@@ -1522,8 +1531,8 @@ static PyObject *choose_rows(PyObject *self, PyObject *args) {
     Py_ssize_t n, L, width, p;
     PyObject *objs[4], *source;
     if (!PyArg_ParseTuple(args, "nnnnOOOO", &n, &L, &width, &p, &objs[0], &objs[1], &source, &objs[2])) return NULL;
-    if (n < 0 || L < 1 || width < 0 || p < width || width > L) {
-        PyErr_SetString(PyExc_ValueError, "choose_rows: sizes must satisfy 0 <= width <= p, width <= L");
+    if (n < 0 || L < 1 || width < 0 || p < width || width > L || !masking_sizes_fit(n, L, p)) {
+        PyErr_SetString(PyExc_ValueError, "choose_rows: sizes must satisfy 0 <= width <= p, width <= L < 2**31, p < 2**31, n L and n p arrays that fit in memory");
         return NULL;
     }
     const Py_ssize_t counts[3] = {n * L, n, n * p}, items[3] = {1, 8, 4};
@@ -1619,8 +1628,8 @@ static PyObject *replace_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nnnnLOOOOOOO", &n, &L, &width, &p, &mask_id, &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6]))
         return NULL;
-    if (n < 0 || L < 1 || width < 0 || p < width || width > L) {
-        PyErr_SetString(PyExc_ValueError, "replace_rows: sizes must satisfy 0 <= width <= p, width <= L");
+    if (n < 0 || L < 1 || width < 0 || p < width || width > L || !masking_sizes_fit(n, L, p)) {
+        PyErr_SetString(PyExc_ValueError, "replace_rows: sizes must satisfy 0 <= width <= p, width <= L < 2**31, p < 2**31, n L and n p arrays that fit in memory");
         return NULL;
     }
     const Py_ssize_t counts[7] = {n * L, n, n * width, n * width, n * p, n * p, n * p};
@@ -1716,9 +1725,10 @@ static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nnnnLLOOOOOO", &n, &L, &width, &p, &mask_id, &vocab_size, &objs[0], &objs[1],
                           &objs[2], &objs[3], &objs[4], &objs[5]))
         return NULL;
-    if (n < 0 || L < 1 || width < 0 || p < width || width > L || vocab_size < 1 || vocab_size > 0x80000000LL) {
+    if (n < 0 || L < 1 || width < 0 || p < width || width > L || !masking_sizes_fit(n, L, p) || vocab_size < 1 ||
+        vocab_size > 0x80000000LL) {
         PyErr_SetString(PyExc_ValueError,
-                        "replace_rows_pcg64: sizes must satisfy 0 <= width <= p, width <= L, 1 <= vocab_size <= 2**31");
+                        "replace_rows_pcg64: sizes must satisfy 0 <= width <= p, width <= L < 2**31, p < 2**31, n L and n p arrays that fit in memory, 1 <= vocab_size <= 2**31");
         return NULL;
     }
 #if HAVE_PCG64

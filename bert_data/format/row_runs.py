@@ -31,10 +31,11 @@ class RowRuns(np.ndarray):
 
     @classmethod
     def of(cls, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> "RowRuns":
-        """``rows`` (filled by the caller: 1 on ``[lo, hi)``, 0 elsewhere), read-only, with its runs."""
+        """``rows`` (filled by the caller: 1 on ``[lo, hi)``, 0 elsewhere) made read-only, as a view
+        with its runs."""
         n, width = rows.shape
+        rows.flags.writeable = False  # the array itself too, not only the view: nothing writes the values again
         out = rows.view(cls)
-        out.flags.writeable = False
         runs = np.empty((n, 3), np.int64)
         runs[:, 0], runs[:, 1], runs[:, 2] = lo, hi, width
         out.runs = runs
