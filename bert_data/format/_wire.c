@@ -1616,6 +1616,21 @@ done:
     return result;
 }
 
+/* Every row's k in [0, width] and its first k positions in [0, L): what replace_rows writes at; else
+ * 0 and a ValueError. */
+static int chosen_in_rows(Py_ssize_t n, Py_ssize_t L, Py_ssize_t width, Py_ssize_t p, const int64_t *k,
+                          const int32_t *positions, const char *what) {
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int bad = k[r] < 0 || k[r] > width;
+        for (Py_ssize_t s = 0; s < k[r] && !bad; s++) bad = positions[r * p + s] < 0 || positions[r * p + s] >= L;
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "%s: every k must be in [0, width], its positions in [0, L)", what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* replace_rows(n, L, width, p, mask_id, input_ids, k, coin, random_ids, positions, original, weights):
  * bert_data.masking.mask_batch's 80/10/10 replacements at choose_rows' positions (int32 (n, p)):
  * slot s of row r becomes [MASK] when coin[r, s] < 0.8, stays when < 0.9, else random_ids[r, s]
@@ -1648,14 +1663,7 @@ static PyObject *replace_rows(PyObject *self, PyObject *args) {
     const double *coin = v[2].buf;
     const int32_t *positions = v[4].buf;
     float *weights = v[6].buf;
-    for (Py_ssize_t r = 0; r < n; r++) {
-        int bad = k[r] < 0 || k[r] > width;
-        for (Py_ssize_t s = 0; s < k[r] && !bad; s++) bad = positions[r * p + s] < 0 || positions[r * p + s] >= L;
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "replace_rows: every k must be in [0, width], its positions in [0, L)");
-            goto done;
-        }
-    }
+    if (!chosen_in_rows(n, L, width, p, k, positions, "replace_rows")) goto done;
     memset(original, 0, (size_t)(n * p) * 4);
     memset(weights, 0, (size_t)(n * p) * 4);
     for (Py_ssize_t r = 0; r < n; r++) {
@@ -1748,14 +1756,7 @@ static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
     uint64_t *words = v[2].buf;
     const int32_t *positions = v[3].buf;
     float *weights = v[5].buf;
-    for (Py_ssize_t r = 0; r < n; r++) {
-        int bad = k[r] < 0 || k[r] > width;
-        for (Py_ssize_t s = 0; s < k[r] && !bad; s++) bad = positions[r * p + s] < 0 || positions[r * p + s] >= L;
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "replace_rows_pcg64: every k must be in [0, width], its positions in [0, L)");
-            goto done;
-        }
-    }
+    if (!chosen_in_rows(n, L, width, p, k, positions, "replace_rows_pcg64")) goto done;
     const U128 inc = (U128)words[2] << 64 | words[3];
     U128 coins = (U128)words[0] << 64 | words[1];
     PCG64Halves draws = {pcg64_advance(coins, inc, (uint64_t)(n * width)), inc, words[4] != 0, (uint32_t)words[5]};
