@@ -152,6 +152,7 @@ def build_resources(config: Config) -> Resources:
     segmenter = LazySegmenter(lambda: SentenceSegmenter(config.spacy_model, config.lines_are_sentences))
     if not config.from_tokens:  # (a run from the token cache segments at most its NSP pool: spaCy may never load)
         segmenter = segmenter.made()
+    objective = objective_of(config)
     params = InstanceParams(
         max_seq_length=config.max_seq_length,
         short_seq_prob=config.short_seq_prob,
@@ -159,6 +160,8 @@ def build_resources(config: Config) -> Resources:
         cls_id=tokenizer.cls_id,
         sep_id=tokenizer.sep_id,
         sentence_order_prediction=config.sentence_order_prediction,
+        # TFRecords of tf.Examples, unpacked: the masks' only reader is the serializer (format/row_runs.py)
+        masks_as_runs=config.output_format == "tfrecord" and not config.packing and objective.encoder == "example",
     )
     masking = None
     if not config.disable_masking:
@@ -173,7 +176,6 @@ def build_resources(config: Config) -> Resources:
     separator_id = None
     if config.mlm_only and config.allow_cross_document_examples:
         separator_id = document_separator_id(config, tokenizer.vocab)
-    objective = objective_of(config)
     encoder = ENCODERS[objective.encoder](objective.features, tokenizer.vocab)
     return Resources(config, segmenter, tokenizer, params, masking, is_continuation, separator_id,
                      objective=objective, encoder=encoder)

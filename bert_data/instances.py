@@ -33,7 +33,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .format.native import wire
-from .format.row_runs import RowRuns
+from .format.row_runs import MaskRuns, RowRuns
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
 
@@ -52,6 +52,9 @@ class InstanceParams:
     cls_id: int
     sep_id: int
     sentence_order_prediction: bool = False  # ALBERT SOP pairs instead of NSP (see plan_pairs)
+    # the masks' only reader is the TFRecord serializer: they are kept as their runs, never made
+    # (format/row_runs.py MaskRuns; build_resources decides)
+    masks_as_runs: bool = False
 
     @property
     def max_num_tokens(self) -> int:
@@ -454,15 +457,21 @@ def _assemble_native(ids: np.ndarray, plan: PairPlan, params: InstanceParams) ->
     if native is None or ids.dtype != np.int32 or params.max_seq_length < 3:
         return None
     n, length = len(plan), params.max_seq_length
-    rows = {name: np.empty((n, length), np.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+    made = ("input_ids",) if params.masks_as_runs else ("input_ids", "input_mask", "segment_ids")
+    rows = {name: np.empty((n, length), np.int32) for name in made}
     candidates, real_length = np.empty((n, length), np.bool_), np.empty(n, np.int64)
     bounds = [np.asarray(values, dtype=np.int64) for values in (plan.a_lo, plan.a_hi, plan.b_lo, plan.b_hi)]
     if not native.assemble_pairs(n, length, np.ascontiguousarray(ids), *bounds, params.cls_id, params.sep_id,
-                                 rows["input_ids"], rows["input_mask"], rows["segment_ids"], candidates, real_length):
+                                 rows["input_ids"], rows.get("input_mask"), rows.get("segment_ids"), candidates,
+                                 real_length):
         return None
-    # the masks as filled, with their runs: the TFRecord serializer writes them from the runs
-    rows["input_mask"] = RowRuns.of(rows["input_mask"], 0, real_length)
-    rows["segment_ids"] = RowRuns.of(rows["segment_ids"], bounds[1] - bounds[0] + 2, real_length)
+    segments_from = bounds[1] - bounds[0] + 2  # B and its [SEP]: [len_a + 2, real_length)
+    if params.masks_as_runs:  # not made: their runs only (the TFRecord serializer writes them from those)
+        rows["input_mask"] = MaskRuns(0, real_length, length)
+        rows["segment_ids"] = MaskRuns(segments_from, real_length, length)
+    else:  # as filled, with their runs
+        rows["input_mask"] = RowRuns.of(rows["input_mask"], 0, real_length)
+        rows["segment_ids"] = RowRuns.of(rows["segment_ids"], segments_from, real_length)
     return {**rows, "candidates": candidates, "real_length": real_length,
             "next_sentence_labels": np.asarray(plan.is_random_next, dtype=np.int32)[:, None]}
 

@@ -34,7 +34,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .format.native import wire
-from .format.row_runs import RowRuns
+from .format.row_runs import MaskRuns, RowRuns
 from .instances import InstanceParams, InstancePass, PassRandomness, shard_of_rows
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
@@ -167,7 +167,8 @@ def _assemble_native(
     if native is None or tokens.dtype != np.int32 or params.max_seq_length < 2:
         return None
     n, length = len(starts), params.max_seq_length
-    input_ids, input_mask = np.empty((n, length), np.int32), np.empty((n, length), np.int32)
+    input_ids = np.empty((n, length), np.int32)
+    input_mask = None if params.masks_as_runs else np.empty((n, length), np.int32)
     candidates, real_length = np.empty((n, length), np.bool_), np.empty(n, np.int64)
     if not native.assemble_windows(
         n, length, np.ascontiguousarray(tokens), np.ascontiguousarray(starts, dtype=np.int64),
@@ -176,7 +177,8 @@ def _assemble_native(
         input_ids, input_mask, candidates, real_length,
     ):
         return None
-    input_mask = RowRuns.of(input_mask, 0, real_length)  # as filled, with its runs: the TFRecord serializer's
+    # with its runs (the TFRecord serializer writes it from them): as filled, or not made at all
+    input_mask = MaskRuns(0, real_length, length) if input_mask is None else RowRuns.of(input_mask, 0, real_length)
     return {"input_ids": input_ids, "input_mask": input_mask, "candidates": candidates, "real_length": real_length}
 
 

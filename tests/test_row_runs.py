@@ -12,7 +12,7 @@ import pickle
 import numpy as np
 import pytest
 
-from bert_data.format.row_runs import RowRuns, runs_of
+from bert_data.format.row_runs import MaskRuns, RowRuns, runs_of
 
 
 def made() -> RowRuns:
@@ -53,3 +53,18 @@ def test_neither_it_nor_the_array_it_was_made_of_can_be_written_again():
 def test_plain_arrays_have_no_runs():
     assert runs_of(np.ones((2, 2), np.int32)) is None
     assert runs_of([[1, 0]]) is None
+
+
+def test_a_mask_given_by_its_runs_is_an_array_only_when_asked_and_never_computed_with():
+    """MaskRuns (a mask the assembler did not make): np.asarray and indexing give its values;
+    comparisons, arithmetic, ufuncs, bool and iteration raise, so nothing computes on it unawares."""
+    mask = MaskRuns(np.array([1, 0, 2]), np.array([4, 5, 2]), 5)
+    assert np.asarray(mask).tolist() == np.asarray(made()).tolist() and np.asarray(mask).dtype == np.int32
+    assert mask.shape == (3, 5) and len(mask) == 3 and mask[1].tolist() == [1, 1, 1, 1, 1]
+    assert runs_of(mask).tolist() == [[1, 4, 5], [0, 5, 5], [2, 2, 5]]
+    for use in (lambda m: m == 1, lambda m: np.asarray(m) == m, lambda m: m + 1, lambda m: np.add(m, 1),
+                lambda m: bool(m), lambda m: list(m), lambda m: m > 0):
+        with pytest.raises(TypeError):
+            use(mask)
+    with pytest.raises(ValueError, match="lo <= hi <= width"):
+        MaskRuns(np.array([3]), np.array([2]), 5)

@@ -1138,7 +1138,8 @@ static inline void fill_int32(int32_t *p, int32_t value, Py_ssize_t n) {
  * token ranges (int64, n each), into int32 (n, L) input_ids, input_mask, segment_ids, bool
  * (n, L) candidates and int64 (n) real_length. False (the outputs unspecified) when a row is not
  * a valid plan (a range outside `ids` or reversed, or longer than L - 3 together): the caller
- * runs numpy, which says what is wrong. */
+ * runs numpy, which says what is wrong. input_mask and segment_ids None: the masks are not made
+ * (bert_data.format.row_runs.MaskRuns: the caller keeps their runs). */
 static PyObject *assemble_pairs(PyObject *self, PyObject *args) {
     PyObject *objs[12];
     long long cls, sep;
@@ -1147,6 +1148,12 @@ static PyObject *assemble_pairs(PyObject *self, PyObject *args) {
                           &objs[5], &objs[6], &objs[7], &objs[8], &objs[9]))
         return NULL;
     if (n < 0 || L < 3) { PyErr_SetString(PyExc_ValueError, "assemble_pairs: n >= 0 rows of L >= 3"); return NULL; }
+    const int masks = objs[6] != Py_None; /* None for both: the masks not made (their runs are the caller's) */
+    if (masks != (objs[7] != Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "assemble_pairs: input_mask and segment_ids are both arrays or both None");
+        return NULL;
+    }
+    if (!masks) objs[6] = objs[7] = objs[5]; /* checked as input_ids is, never written */
     Py_buffer v[10];
     int nv = 0;
     PyObject *result = NULL;
@@ -1175,13 +1182,15 @@ static PyObject *assemble_pairs(PyObject *self, PyObject *args) {
         memset(row + real, 0, (size_t)(L - real) * 4);
         /* runs, not a comparison a position: mask 1 on [0, real); segment 1 on B and its [SEP],
          * [la + 2, real); candidates A [1, la] and B [la + 2, real - 1) */
-        int32_t *mask = out_mask + off, *seg = out_seg + off;
         uint8_t *cand = out_cand + off;
-        fill_int32(mask, 1, real);
-        memset(mask + real, 0, (size_t)(L - real) * 4);
-        memset(seg, 0, (size_t)(la + 2) * 4);
-        fill_int32(seg + la + 2, 1, real - (la + 2));
-        memset(seg + real, 0, (size_t)(L - real) * 4);
+        if (masks) {
+            int32_t *mask = out_mask + off, *seg = out_seg + off;
+            fill_int32(mask, 1, real);
+            memset(mask + real, 0, (size_t)(L - real) * 4);
+            memset(seg, 0, (size_t)(la + 2) * 4);
+            fill_int32(seg + la + 2, 1, real - (la + 2));
+            memset(seg + real, 0, (size_t)(L - real) * 4);
+        }
         cand[0] = 0;
         memset(cand + 1, 1, (size_t)la);
         cand[la + 1] = 0;
@@ -1201,7 +1210,7 @@ done:
  * (int64, n each), into int32 (n, L) input_ids and input_mask, bool (n, L) candidates (the
  * window's tokens other than [CLS], [SEP] and, with has_separator, the document separator) and
  * int64 (n) real_length. False when a window is outside `tokens` or longer than L - 2: the
- * caller runs numpy. */
+ * caller runs numpy. input_mask None: the mask is not made (the caller keeps its runs). */
 static PyObject *assemble_windows(PyObject *self, PyObject *args) {
     PyObject *objs[7];
     long long cls, sep, separator;
@@ -1211,6 +1220,8 @@ static PyObject *assemble_windows(PyObject *self, PyObject *args) {
                           &has_separator, &objs[3], &objs[4], &objs[5], &objs[6]))
         return NULL;
     if (n < 0 || L < 2) { PyErr_SetString(PyExc_ValueError, "assemble_windows: n >= 0 rows of L >= 2"); return NULL; }
+    const int masks = objs[4] != Py_None; /* None: the mask not made (its runs are the caller's) */
+    if (!masks) objs[4] = objs[3]; /* checked as input_ids is, never written */
     Py_buffer v[7];
     int nv = 0;
     PyObject *result = NULL;
@@ -1232,10 +1243,12 @@ static PyObject *assemble_windows(PyObject *self, PyObject *args) {
         memcpy(row + 1, tokens + lo, (size_t)span * 4);
         row[real - 1] = (int32_t)sep;
         memset(row + real, 0, (size_t)(L - real) * 4);
-        int32_t *mask = out_mask + off;
         uint8_t *cand = out_cand + off;
-        fill_int32(mask, 1, real);
-        memset(mask + real, 0, (size_t)(L - real) * 4);
+        if (masks) {
+            int32_t *mask = out_mask + off;
+            fill_int32(mask, 1, real);
+            memset(mask + real, 0, (size_t)(L - real) * 4);
+        }
         cand[0] = 0;
         for (Py_ssize_t j = 1; j <= span; j++) {
             const int32_t id = row[j];
@@ -3387,7 +3400,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     PyObject *m = PyModule_Create(&module);
     /* native.py binds the module only when API equals its WIRE_API: raise both together when
      * a function's arguments or results change, so that a stale build is never called */
-    if (m && PyModule_AddIntConstant(m, "API", 15) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 16) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -296,14 +296,17 @@ def serialize_shard_runs(features: Mapping[str, np.ndarray], order: Sequence[Tup
     native = wire()
     if native is None or len(order) > NATIVE_MAX_FEATURES:
         return None
-    names, arrays, n = _batch_arrays(features, order)
+    runs = {name: runs_of(features.get(name)) for name, dtype in order if dtype == "int64"}  # row_runs.py's masks
+    shaped = {name: np.empty((len(runs[name]), 0), np.int32) if runs.get(name) is not None else features[name]
+              for name, _ in order if name in features}  # (a mask's runs stand for its rows: never made here)
+    names, arrays, n = _batch_arrays(shaped, order)
     shard_of_row = np.ascontiguousarray(shard_of_row, dtype=np.int64)
     if shard_of_row.shape != (n,):
         raise ValueError(f"shard_of_row: {shard_of_row.shape} for a batch of {n} rows")
     if n == 0:
         return [b""] * num_shards
     prefixes, kinds = _entry_prefixes(tuple(map(tuple, order)))
-    runs = [runs_of(features[name]) if dtype == "int64" else None for name, dtype in order]  # RowRuns: row_runs.py
+    runs = [runs.get(name) for name, _ in order]
     values = tuple(_native_values(name, dtype, arrays[name], n) if run is None else run
                    for (name, dtype), run in zip(order, runs))
     kinds = bytes(kind if run is None else ord("r") for kind, run in zip(kinds, runs))

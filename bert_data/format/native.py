@@ -26,7 +26,7 @@ import logging
 from types import ModuleType
 from typing import Optional
 
-WIRE_API = 15  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
+WIRE_API = 16  # the interface of bert_data/format/_wire.c its callers expect (its API constant)
 
 def bind_optional(name: str, api: int, without: str) -> Optional[ModuleType]:
     """The optional C module ``name`` (built by setup.py when a compiler is there), or None: not

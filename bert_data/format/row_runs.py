@@ -15,7 +15,7 @@ runs (:func:`runs_of` returns None), so it is read as the array it is.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -42,8 +42,56 @@ class RowRuns(np.ndarray):
         return out
 
 
+class MaskRuns:
+    """A mask that was not made: each row's run of ones only, where the run's only reader of the
+    mask is the TFRecord serializer (``InstanceParams.masks_as_runs``: the assembler then writes
+    neither ``input_mask`` nor ``segment_ids``, 14 of the 23 MB of an MSL-512 batch of 3,544 rows).
+
+    ``np.asarray(mask)`` makes the array (the values the assembler would have written), and
+    indexing reads it; comparisons, arithmetic, ``bool()`` and numpy's ufuncs raise ``TypeError``,
+    so no code can take this for an array and compute something else from it without a word."""
+
+    __slots__ = ("runs", "width")
+    dtype = np.dtype(np.int32)
+    ndim = 2
+    __array_ufunc__ = None  # numpy's operators and ufuncs refuse it
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, width: int) -> None:
+        lo, hi = np.broadcast_arrays(np.asarray(lo, np.int64), np.asarray(hi, np.int64))
+        if lo.ndim != 1 or (lo < 0).any() or (hi < lo).any() or (hi > width).any():
+            raise ValueError("MaskRuns: needs 0 <= lo <= hi <= width for every row")
+        self.runs = np.empty((len(lo), 3), np.int64)
+        self.runs[:, 0], self.runs[:, 1], self.runs[:, 2] = lo, hi, width
+        self.width = int(width)
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return len(self.runs), self.width
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        j = np.arange(self.shape[1])[None, :]
+        rows = ((j >= self.runs[:, :1]) & (j < self.runs[:, 1:2])).astype(np.int32)
+        return rows if dtype is None else rows.astype(dtype)
+
+    def __getitem__(self, key):
+        return np.asarray(self)[key]
+
+    def _refuse(self, *args):
+        raise TypeError("a mask given by its runs (bert_data.format.row_runs.MaskRuns): take np.asarray() of it first")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __and__ = __rand__ = __or__ = __ror__ = _refuse
+    __bool__ = __iter__ = _refuse
+    __hash__ = None
+
+
 def runs_of(array) -> Optional[np.ndarray]:
-    """The runs of ``array`` when it is a :class:`RowRuns` made by :meth:`RowRuns.of` and still
-    read-only; None for anything else (then read its values)."""
+    """The runs of ``array`` when it is a :class:`MaskRuns`, or a :class:`RowRuns` made by
+    :meth:`RowRuns.of` and still read-only; None for anything else (then read its values)."""
+    if type(array) is MaskRuns:
+        return array.runs
     runs = getattr(array, "runs", None) if type(array) is RowRuns else None
     return runs if runs is not None and not array.flags.writeable else None
