@@ -1,16 +1,23 @@
-"""Padded rows of 0 and 1 that are one run of ones each, kept with their runs.
+"""Padded rows of 0 and 1 that are one run of ones each, given by their runs.
 
 An assembled NSP/SOP batch's ``input_mask`` is 1 on ``[0, real_length)`` and its ``segment_ids``
-1 on ``[len_a + 2, real_length)``, 0 elsewhere. Every consumer reads them as the int32 ``(n, L)``
-arrays they are, but the TFRecord serializer only needs the two ends of each row's run: reading
-2 KB of int32 a row (at MSL 512) to write 512 bytes of 0 and 1 was a third of its time on a batch
-no longer in the caches (4.3 of 11 ms for 3,544 rows). So the assembler hands them over as a
-:class:`RowRuns`: the same array, read-only, with its runs; ``_wire.serialize_shard_runs`` writes
-those rows from the runs (kind ``r``) and never reads the array.
+1 on ``[len_a + 2, real_length)``, 0 elsewhere (an MLM-only window's ``input_mask`` likewise).
+The TFRecord serializer needs only the two ends of each row's run: reading 2 KB of int32 a row
+(at MSL 512) to write 512 bytes of 0 and 1 was a third of its time on a batch no longer in the
+caches (4.3 of 11 ms for 3,544 rows), and writing them was 14 of the assembler's 23 MB. So the
+assemblers hand the masks over as
 
-The runs can never disagree with the values: they are set once, by the code that filled the
-array, on an array made read-only then; any view, slice, copy or unpickled array of it has no
-runs (:func:`runs_of` returns None), so it is read as the array it is.
+* :class:`MaskRuns` where the serializer is their only reader (unpacked ``tf.Example``
+  TFRecords): the runs alone, the arrays never made; or
+* :class:`RowRuns` elsewhere: the filled array, read-only, with its runs, for the consumers that
+  read the values (packing, the columnar and HDF5 writers, the Model Zoo's token sequences);
+
+and ``_wire.serialize_shard_runs`` writes those rows from the runs (kind ``r``).
+
+The runs can never disagree with the values: a RowRuns' are set once, by the code that filled the
+array, made read-only then, and any view, slice, copy or unpickled array of it has none
+(:func:`runs_of` returns None); a MaskRuns has no values but the ones ``np.asarray`` makes from
+its runs, and refuses to be computed with.
 """
 
 from __future__ import annotations
