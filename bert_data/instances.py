@@ -33,7 +33,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .format.native import wire
-from .format.row_runs import MaskRuns, RowRuns
+from .format.row_runs import MaskRuns
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
 
@@ -465,13 +465,9 @@ def _assemble_native(ids: np.ndarray, plan: PairPlan, params: InstanceParams) ->
                                  rows["input_ids"], rows.get("input_mask"), rows.get("segment_ids"), candidates,
                                  real_length):
         return None
-    segments_from = bounds[1] - bounds[0] + 2  # B and its [SEP]: [len_a + 2, real_length)
     if params.masks_as_runs:  # not made: their runs only (the TFRecord serializer writes them from those)
         rows["input_mask"] = MaskRuns(0, real_length, length)
-        rows["segment_ids"] = MaskRuns(segments_from, real_length, length)
-    else:  # as filled, with their runs
-        rows["input_mask"] = RowRuns.of(rows["input_mask"], 0, real_length)
-        rows["segment_ids"] = RowRuns.of(rows["segment_ids"], segments_from, real_length)
+        rows["segment_ids"] = MaskRuns(bounds[1] - bounds[0] + 2, real_length, length)  # B and its [SEP]
     return {**rows, "candidates": candidates, "real_length": real_length,
             "next_sentence_labels": np.asarray(plan.is_random_next, dtype=np.int32)[:, None]}
 

@@ -108,9 +108,10 @@ def _mask_native(arrays, wanted, width, params, rng, owns_input_ids=False) -> Op
     """:func:`mask_batch` by ``_wire.choose_rows`` (which lowers the ``wanted`` counts to the
     rows' counts of candidates) and ``_wire.replace_rows``, on the very draws of the numpy path,
     in its order: the keys (``rng.random((n, L))``, drawn in C, never stored), the coin, the
-    random ids (from a PCG64 drawn in C too, row by row: ``_wire.replace_rows_pcg64``). None, with ``rng``'s state as it was, without the accelerator, for arrays or a
-    generator it does not take (no BitGenerator capsule), or when a row's k-th key ties with the
-    next (numpy's choice among equal keys is its own; about once in 2**45 rows)."""
+    random ids (from a PCG64 drawn in C too, row by row: ``_wire.replace_rows_pcg64``). None,
+    with ``rng``'s state as it was, without the accelerator, for arrays or a generator it does not
+    take (no BitGenerator capsule), or when a row's k-th key ties with the next (numpy's choice
+    among equal keys is its own; about once in 2**45 rows)."""
     native = wire()
     input_ids, candidates = arrays["input_ids"], arrays["candidates"]
     bit_generator = getattr(rng, "bit_generator", None)
@@ -130,13 +131,13 @@ def _mask_native(arrays, wanted, width, params, rng, owns_input_ids=False) -> Op
     else:
         masked_ids = np.array(input_ids, order="C")  # a copy: the caller's ids are left alone
     original, weights = np.empty((n, p), np.int32), np.empty((n, p), np.float32)
-    if chosen is not True and 1 <= params.vocab_size <= 2**31:  # a PCG64's words: the coin and ids drawn in C too
-        native.replace_rows_pcg64(n, length, width, p, params.mask_id, params.vocab_size, masked_ids, k, chosen,
-                                  positions, original, weights)
-        _set_pcg64(bit_generator, chosen)
-        return _features(arrays, masked_ids, positions, original, weights, p)
-    if chosen is not True:
-        _set_pcg64(bit_generator, chosen)
+    if chosen is not True:  # a PCG64's words, after the keys
+        if 1 <= params.vocab_size <= 2**31:  # the coin and ids drawn in C too
+            native.replace_rows_pcg64(n, length, width, p, params.mask_id, params.vocab_size, masked_ids, k, chosen,
+                                      positions, original, weights)
+            _set_pcg64(bit_generator, chosen)
+            return _features(arrays, masked_ids, positions, original, weights, p)
+        _set_pcg64(bit_generator, chosen)  # numpy draws them on from there
     coin = rng.random((n, width))
     random_ids = rng.integers(0, params.vocab_size, size=(n, width))
     native.replace_rows(n, length, width, p, params.mask_id, masked_ids, k, coin, random_ids, positions, original,

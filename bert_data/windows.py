@@ -34,7 +34,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .format.native import wire
-from .format.row_runs import MaskRuns, RowRuns
+from .format.row_runs import MaskRuns
 from .instances import InstanceParams, InstancePass, PassRandomness, shard_of_rows
 from .masking import MaskingParams, mask_batch
 from .tokenization import TokenizedGroup
@@ -177,8 +177,8 @@ def _assemble_native(
         input_ids, input_mask, candidates, real_length,
     ):
         return None
-    # with its runs (the TFRecord serializer writes it from them): as filled, or not made at all
-    input_mask = MaskRuns(0, real_length, length) if input_mask is None else RowRuns.of(input_mask, 0, real_length)
+    if input_mask is None:  # not made: its runs only (the TFRecord serializer writes it from those)
+        input_mask = MaskRuns(0, real_length, length)
     return {"input_ids": input_ids, "input_mask": input_mask, "candidates": candidates, "real_length": real_length}
 
 

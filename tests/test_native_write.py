@@ -162,11 +162,10 @@ def test_each_shards_run_is_the_framed_records_of_its_rows(batch, data):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_rows_given_by_their_runs_are_the_bytes_of_the_rows(data):
-    """Masks handed over as RowRuns (the array and its runs of ones) or MaskRuns (the runs alone):
-    what the assemblers make) are written from the runs, with the bytes of the same arrays given
-    plainly: empty runs, runs to the row's end, rows of width 0 and 1, next to ordinary and float
-    features."""
-    from bert_data.format.row_runs import MaskRuns, RowRuns
+    """Masks handed over as MaskRuns (their runs of ones alone: what the assemblers make for
+    TFRecords) are written from the runs, with the bytes of the same arrays given plainly: empty
+    runs, runs to the row's end, rows of width 0 and 1, next to ordinary and float features."""
+    from bert_data.format.row_runs import MaskRuns
 
     require_wire()
     n, width = data.draw(st.integers(0, 12)), data.draw(st.integers(0, 40))
@@ -178,10 +177,8 @@ def test_rows_given_by_their_runs_are_the_bytes_of_the_rows(data):
     weights = np.ones((n, 2), np.float32)
     order = (("a_ids", "int64"), ("b_mask", "int64"), ("c_weights", "float32"))
     shards = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int64)
-    with_runs = {"a_ids": ids, "b_mask": RowRuns.of(plain.copy(), lo, hi), "c_weights": weights}
     only_runs = {"a_ids": ids, "b_mask": MaskRuns(lo, hi, width), "c_weights": weights}
     expected = example_wire.serialize_shard_runs({"a_ids": ids, "b_mask": plain, "c_weights": weights}, order, shards, 3)
-    assert example_wire.serialize_shard_runs(with_runs, order, shards, 3) == expected
     assert example_wire.serialize_shard_runs(only_runs, order, shards, 3) == expected
     np.testing.assert_array_equal(np.asarray(only_runs["b_mask"]), plain)
     records = serialize_examples({"a_ids": ids, "b_mask": plain, "c_weights": weights}, order)

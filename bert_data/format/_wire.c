@@ -833,6 +833,17 @@ static int typed_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t
     return 1;
 }
 
+/* typed_buffer for objs[0..count) into v (each's count, item size, format code and whether
+ * writable): *nv counts the views taken, which the caller releases (release_all), error or not. */
+static int typed_buffers(PyObject **objs, Py_buffer *v, int *nv, int count, const Py_ssize_t *counts,
+                         const Py_ssize_t *items, const char *codes, const int *writable, const char *what) {
+    for (int a = 0; a < count; a++) {
+        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], what)) return 0;
+        (*nv)++;
+    }
+    return 1;
+}
+
 /* The item size a buffer's struct format allows for a feature: 4 or 8 for a signed integer
  * (int32, int64), 4 for float32; 0 when it is anything else. */
 static Py_ssize_t format_item(const Py_buffer *view, int is_float) {
@@ -1557,10 +1568,7 @@ static PyObject *choose_rows(PyObject *self, PyObject *args) {
     ChooseScratch s = {NULL, NULL, NULL, NULL, NULL};
     const BitGen *gen = NULL;
     uint64_t *pcg = NULL;
-    for (int a = 0; a < 3; a++) {
-        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "choose_rows")) goto done;
-        nv++;
-    }
+    if (!typed_buffers(objs, v, &nv, 3, counts, items, codes, writable, "choose_rows")) goto done;
     if (PyCapsule_CheckExact(source)) {
         gen = PyCapsule_GetPointer(source, "BitGenerator");
         if (!gen) goto done;
@@ -1667,10 +1675,7 @@ static PyObject *replace_rows(PyObject *self, PyObject *args) {
     Py_buffer v[7];
     int nv = 0;
     PyObject *result = NULL;
-    for (int a = 0; a < 7; a++) {
-        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "replace_rows")) goto done;
-        nv++;
-    }
+    if (!typed_buffers(objs, v, &nv, 7, counts, items, codes, writable, "replace_rows")) goto done;
     int32_t *ids = v[0].buf, *original = v[5].buf;
     const int64_t *k = v[1].buf, *random_ids = v[3].buf;
     const double *coin = v[2].buf;
@@ -1697,12 +1702,33 @@ done:
     return result;
 }
 
+/* numpy's buffered_bounded_lemire_uint32 (Generator.integers(0, rng + 1) of a range under
+ * 2**32 - 1, rng > 0): Lemire's multiply, a draw rejected while its low half is below the
+ * threshold; `next` draws 32 bits from `state` (inlined where it is a known function). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t lemire32(uint32_t rng, uint32_t (*next)(void *), void *state) {
+    const uint32_t rng_excl = rng + 1;
+    uint64_t m = (uint64_t)next(state) * rng_excl;
+    uint32_t leftover = (uint32_t)m;
+    if (leftover < rng_excl) {
+        const uint32_t threshold = (UINT32_MAX - rng) % rng_excl;
+        while (leftover < threshold) {
+            m = (uint64_t)next(state) * rng_excl;
+            leftover = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
 #if HAVE_PCG64
 /* A PCG64's 32-bit draws as numpy's next_uint32 makes them: each 64-bit output gives its low half,
  * and its high half is kept for the next (the state's has_uint32 and uinteger). */
 typedef struct { U128 state, inc; int has; uint32_t kept; } PCG64Halves;
 
-static inline uint32_t pcg64_next32(PCG64Halves *g) {
+static inline uint32_t pcg64_next32(void *state) {
+    PCG64Halves *g = state;
     if (g->has) {
         g->has = 0;
         return g->kept;
@@ -1714,21 +1740,6 @@ static inline uint32_t pcg64_next32(PCG64Halves *g) {
     return (uint32_t)next;
 }
 
-/* numpy's buffered_bounded_lemire_uint32 (Generator.integers(0, rng + 1) of a range below 2**32 - 1,
- * rng > 0): Lemire's multiply, a draw rejected while its low half is below the threshold. */
-static inline uint32_t pcg64_lemire(PCG64Halves *g, uint32_t rng) {
-    const uint32_t rng_excl = rng + 1;
-    uint64_t m = (uint64_t)pcg64_next32(g) * rng_excl;
-    uint32_t leftover = (uint32_t)m;
-    if (leftover < rng_excl) {
-        const uint32_t threshold = (UINT32_MAX - rng) % rng_excl;
-        while (leftover < threshold) {
-            m = (uint64_t)pcg64_next32(g) * rng_excl;
-            leftover = (uint32_t)m;
-        }
-    }
-    return (uint32_t)(m >> 32);
-}
 #endif
 
 /* replace_rows_pcg64(n, L, width, p, mask_id, vocab_size, input_ids, k, words, positions, original, weights):
@@ -1760,10 +1771,7 @@ static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
     Py_buffer v[6];
     int nv = 0;
     PyObject *result = NULL;
-    for (int a = 0; a < 6; a++) {
-        if (!typed_buffer(objs[a], &v[a], writable[a], counts[a], items[a], codes[a], "replace_rows_pcg64")) goto done;
-        nv++;
-    }
+    if (!typed_buffers(objs, v, &nv, 6, counts, items, codes, writable, "replace_rows_pcg64")) goto done;
     int32_t *ids = v[0].buf, *original = v[4].buf;
     const int64_t *k = v[1].buf;
     uint64_t *words = v[2].buf;
@@ -1784,7 +1792,7 @@ static PyObject *replace_rows_pcg64(PyObject *self, PyObject *args) {
         pcg64_fill(&coins, inc, jump, coin, width); /* the row's coins, four lanes at once */
         for (Py_ssize_t s = 0; s < width; s++) {
             const double c = coin[s];
-            const int32_t random_id = rng ? (int32_t)pcg64_lemire(&draws, rng) : 0;
+            const int32_t random_id = rng ? (int32_t)lemire32(rng, pcg64_next32, &draws) : 0;
             if (s >= k[r]) continue;
             const Py_ssize_t at = r * p + s;
             const int32_t was = row[positions[at]];
@@ -1833,17 +1841,7 @@ static uint64_t np_interval(const BitGen *g, uint64_t max) {
 static uint64_t np_bounded32(const BitGen *g, uint32_t rng) {
     if (rng == 0) return 0;
     if (rng == 0xFFFFFFFFu) return g->next_uint32(g->state);
-    const uint32_t rng_excl = rng + 1;
-    uint64_t m = (uint64_t)g->next_uint32(g->state) * rng_excl;
-    uint32_t leftover = (uint32_t)(m & 0xFFFFFFFFu);
-    if (leftover < rng_excl) {
-        const uint32_t threshold = (UINT32_MAX - rng) % rng_excl;
-        while (leftover < threshold) {
-            m = (uint64_t)g->next_uint32(g->state) * rng_excl;
-            leftover = (uint32_t)(m & 0xFFFFFFFFu);
-        }
-    }
-    return m >> 32;
+    return lemire32(rng, g->next_uint32, g->state);
 }
 
 /* One row of bert_data.masking._mask_whole_words, its draws in its order: permutation(words),

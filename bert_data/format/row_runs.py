@@ -1,23 +1,17 @@
-"""Padded rows of 0 and 1 that are one run of ones each, given by their runs.
+"""A mask kept as its rows' runs of ones, where the TFRecord serializer is its only reader.
 
 An assembled NSP/SOP batch's ``input_mask`` is 1 on ``[0, real_length)`` and its ``segment_ids``
 1 on ``[len_a + 2, real_length)``, 0 elsewhere (an MLM-only window's ``input_mask`` likewise).
 The TFRecord serializer needs only the two ends of each row's run: reading 2 KB of int32 a row
 (at MSL 512) to write 512 bytes of 0 and 1 was a third of its time on a batch no longer in the
-caches (4.3 of 11 ms for 3,544 rows), and writing them was 14 of the assembler's 23 MB. So the
-assemblers hand the masks over as
+caches (4.3 of 11 ms for 3,544 rows), and writing them was 14 of the assembler's 23 MB. So for
+unpacked ``tf.Example`` TFRecords (``InstanceParams.masks_as_runs``) the C assemblers do not make
+them: the batch carries a :class:`MaskRuns`, which ``_wire.serialize_shard_runs`` writes from its
+runs (kind ``r``). Every other run (packing, the columnar and HDF5 writers, the Model Zoo's token
+sequences) reads the values, and gets the filled arrays as before.
 
-* :class:`MaskRuns` where the serializer is their only reader (unpacked ``tf.Example``
-  TFRecords): the runs alone, the arrays never made; or
-* :class:`RowRuns` elsewhere: the filled array, read-only, with its runs, for the consumers that
-  read the values (packing, the columnar and HDF5 writers, the Model Zoo's token sequences);
-
-and ``_wire.serialize_shard_runs`` writes those rows from the runs (kind ``r``).
-
-The runs can never disagree with the values: a RowRuns' are set once, by the code that filled the
-array, made read-only then, and any view, slice, copy or unpickled array of it has none
-(:func:`runs_of` returns None); a MaskRuns has no values but the ones ``np.asarray`` makes from
-its runs, and refuses to be computed with.
+A MaskRuns has no values but the ones ``np.asarray`` makes from its runs, and refuses to be
+computed with, so no code can take it for an array and compute something else without a word.
 """
 
 from __future__ import annotations
@@ -25,28 +19,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
-
-
-class RowRuns(np.ndarray):
-    """An ``(n, width)`` array whose row ``r`` is 1 on ``[lo[r], hi[r])`` and 0 elsewhere, with
-    ``runs`` (int64 ``(n, 3)``: ``lo, hi, width``); made by :meth:`of` only."""
-
-    runs: Optional[np.ndarray]
-
-    def __array_finalize__(self, obj) -> None:
-        self.runs = None  # a view, slice or copy: its own values, no runs
-
-    @classmethod
-    def of(cls, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> "RowRuns":
-        """``rows`` (filled by the caller: 1 on ``[lo, hi)``, 0 elsewhere) made read-only, as a view
-        with its runs."""
-        n, width = rows.shape
-        rows.flags.writeable = False  # the array itself too, not only the view: nothing writes the values again
-        out = rows.view(cls)
-        runs = np.empty((n, 3), np.int64)
-        runs[:, 0], runs[:, 1], runs[:, 2] = lo, hi, width
-        out.runs = runs
-        return out
 
 
 class MaskRuns:
@@ -96,9 +68,6 @@ class MaskRuns:
 
 
 def runs_of(array) -> Optional[np.ndarray]:
-    """The runs of ``array`` when it is a :class:`MaskRuns`, or a :class:`RowRuns` made by
-    :meth:`RowRuns.of` and still read-only; None for anything else (then read its values)."""
-    if type(array) is MaskRuns:
-        return array.runs
-    runs = getattr(array, "runs", None) if type(array) is RowRuns else None
-    return runs if runs is not None and not array.flags.writeable else None
+    """The runs (int64 ``(n, 3)``: ``lo, hi, width``) of a :class:`MaskRuns`; None for anything
+    else (then read its values)."""
+    return array.runs if type(array) is MaskRuns else None
